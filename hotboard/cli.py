@@ -1,0 +1,239 @@
+"""``hotboard`` command line: worker, dev, produce, demo (and api, from reader_api)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from hotboard.devstack import DevStack, StackError, require_free
+from hotboard.settings import WorkerSettings
+
+EXIT_CONFIG = 2
+EXIT_UNAVAILABLE = 3
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+
+
+def _worker_parser(sub: Any) -> None:
+    p = sub.add_parser("worker", help="run one worker (scale out by starting more with the same --group)")
+    p.add_argument("--kafka", help="bootstrap HOST:PORT (HOTBOARD_KAFKA, default 127.0.0.1:9092)")
+    p.add_argument("--redis", help="Redis URL (HOTBOARD_REDIS, default redis://127.0.0.1:6379/0)")
+    p.add_argument("--topic", help="score topic (HOTBOARD_TOPIC, default scores)")
+    p.add_argument("--group", help="consumer group (HOTBOARD_GROUP, default hotboard)")
+    p.add_argument("--window-ms", type=int, help="window length (HOTBOARD_WINDOW_MS, default 1000)")
+    p.add_argument("--dlq-topic", help="dead-letter topic (HOTBOARD_DLQ_TOPIC, default <topic>.dlq)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus port, 0 = off (HOTBOARD_METRICS_PORT, default 9100)")
+    p.add_argument("--session-timeout-ms", type=int, help="Kafka session timeout (HOTBOARD_SESSION_TIMEOUT_MS)")
+    p.add_argument("--max-pending-entries", type=int, help="backpressure bound (HOTBOARD_MAX_PENDING_ENTRIES)")
+
+
+def _worker_settings(args: argparse.Namespace) -> WorkerSettings:
+    names = ("kafka", "redis", "topic", "group", "window_ms", "dlq_topic", "metrics_port", "session_timeout_ms",
+             "max_pending_entries")  # fmt: skip
+    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    return WorkerSettings(**given)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from ingest.worker import KafkaUnavailable, Worker
+
+    settings = _worker_settings(args)
+
+    async def main() -> None:
+        async with Worker(settings) as worker:
+            await worker.run()
+
+    try:
+        asyncio.run(main())
+    except KafkaUnavailable as exc:
+        logging.getLogger("hotboard").error("%s", exc)
+        return EXIT_UNAVAILABLE
+    return 0
+
+
+def _dev_parser(sub: Any) -> None:
+    p = sub.add_parser("dev", help="embedded Kafka-protocol broker + redis-server on loopback (Ctrl-C stops both)")
+    p.add_argument("--kafka-port", type=int, default=19092)
+    p.add_argument("--redis-port", type=int, default=16379)
+    p.add_argument("--topic", default="scores")
+    p.add_argument("--partitions", type=int, default=8)
+    p.add_argument("--data-dir", type=Path, help="keep Redis's append-only file here (default: a temp dir)")
+
+
+def _wait_for_signal() -> None:
+    stop = {"flag": False}
+
+    def handler(signum: int, frame: object) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    while not stop["flag"]:
+        signal.pause()
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    with DevStack(
+        kafka_port=args.kafka_port, redis_port=args.redis_port, topic=args.topic, partitions=args.partitions,
+        data_dir=args.data_dir,
+    ) as stack:  # fmt: skip
+        print(f"kafka  {stack.kafka.bootstrap}   (topic {stack.topic}, {stack.partitions} partitions)")
+        print(f"redis  {stack.redis.url}")
+        print(f"export HOTBOARD_KAFKA={stack.kafka.bootstrap} HOTBOARD_REDIS={stack.redis.url}")
+        print("Ctrl-C stops both.", flush=True)
+        _wait_for_signal()
+    print("stopped.")
+    return 0
+
+
+def _produce_parser(sub: Any) -> None:
+    p = sub.add_parser("produce", help="publish valid, Zipf-skewed score events")
+    p.add_argument("--kafka", default=os.environ.get("HOTBOARD_KAFKA", "127.0.0.1:9092"))
+    p.add_argument("--topic", default=os.environ.get("HOTBOARD_TOPIC", "scores"))
+    p.add_argument("--rate", type=float, default=1000.0, help="events/s, 0 = as fast as possible")
+    p.add_argument("--count", type=int, default=100_000)
+    p.add_argument("--players", type=int, default=10_000)
+    p.add_argument("--zipf", type=float, default=1.1, help="skew exponent, 0 = uniform")
+    p.add_argument("--boards", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from hotboard.loadgen import generate, publish
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        events = generate(args.count, players=args.players, zipf=args.zipf, boards=args.boards, seed=args.seed)
+        stats = await publish(args.kafka, args.topic, events, rate=args.rate, fresh_ts=True, stop=stop)
+        print(f"sent {stats.events} events to {args.topic} in {stats.seconds:.2f}s ({stats.rate:,.0f} events/s)")
+
+    asyncio.run(main())
+    return 0
+
+
+def _demo_parser(sub: Any) -> None:
+    p = sub.add_parser("demo", help="dev stack + two workers + the API + a producer, all on loopback")
+    p.add_argument("--kafka-port", type=int, default=19092)
+    p.add_argument("--redis-port", type=int, default=16379)
+    p.add_argument("--api-port", type=int, default=8000)
+    p.add_argument("--metrics-port", type=int, default=9100, help="first worker's; the second gets +1")
+    p.add_argument("--rate", type=float, default=2000.0)
+    p.add_argument("--players", type=int, default=10_000)
+    p.add_argument("--boards", type=int, default=3)
+    p.add_argument("--duration-s", type=float, default=0.0, help="stop by itself after this long (0 = Ctrl-C)")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    for port, what in ((args.api_port, "the API (--api-port)"), (args.metrics_port, "metrics (--metrics-port)"),
+                       (args.metrics_port + 1, "metrics (--metrics-port)")):  # fmt: skip
+        require_free(port, what)
+    children: list[subprocess.Popen[bytes]] = []
+    with DevStack(kafka_port=args.kafka_port, redis_port=args.redis_port, partitions=8) as stack:
+        env = {**os.environ, "HOTBOARD_KAFKA": stack.kafka.bootstrap, "HOTBOARD_REDIS": stack.redis.url,
+               "HOTBOARD_SESSION_TIMEOUT_MS": "6000"}  # fmt: skip
+        me = [sys.executable, "-m", "hotboard.cli"]
+        try:
+            children += [
+                subprocess.Popen([*me, "worker", "--metrics-port", str(args.metrics_port + i)], env=env)
+                for i in range(2)
+            ]
+            has_api = importlib.util.find_spec("reader_api") is not None
+            if has_api:
+                children.append(subprocess.Popen([*me, "api", "--port", str(args.api_port)], env=env))
+            count = int(args.rate * args.duration_s) if args.duration_s else 10**9
+            children.append(subprocess.Popen(
+                [*me, "produce", "--rate", str(args.rate), "--count", str(count), "--players", str(args.players),
+                 "--boards", str(args.boards)], env=env))  # fmt: skip
+            print(
+                f"\nhotboard demo running: {args.rate:.0f} events/s for {args.players} players on {args.boards} boards"
+            )
+            print(f"  top 10      redis-cli -p {stack.redis.port} ZREVRANGE 'hb:{{global}}' 0 9 WITHSCORES")
+            if has_api:
+                print(f"  read API    http://127.0.0.1:{args.api_port}/v1/boards/global/top?limit=10")
+                print(f"  API docs    http://127.0.0.1:{args.api_port}/docs")
+            print(f"  metrics     http://127.0.0.1:{args.metrics_port}/metrics  and :{args.metrics_port + 1}/metrics")
+            print("Ctrl-C stops everything.\n", flush=True)
+            if args.duration_s:
+                _sleep_or_signal(args.duration_s)
+            else:
+                _wait_for_signal()
+        finally:
+            _stop_children(children)
+    print("demo stopped.")
+    return 0
+
+
+def _sleep_or_signal(seconds: float) -> None:
+    stop = {"flag": False}
+
+    def handler(signum: int, frame: object) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    deadline = time.monotonic() + seconds
+    while not stop["flag"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in reversed(children):
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 12
+    for child in reversed(children):
+        try:
+            child.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hotboard", description=__doc__)
+    parser.add_argument("--log-level", default=os.environ.get("HOTBOARD_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    _worker_parser(sub)
+    _dev_parser(sub)
+    _produce_parser(sub)
+    _demo_parser(sub)
+    if importlib.util.find_spec("reader_api") is not None:
+        importlib.import_module("reader_api.cli").add_parser(sub)
+    args = parser.parse_args(argv)
+    _setup_logging(args.log_level)
+    commands = {"worker": cmd_worker, "dev": cmd_dev, "produce": cmd_produce, "demo": cmd_demo}
+    try:
+        run = commands.get(args.command) or args.run
+        return int(run(args))
+    except StackError as exc:
+        print(f"hotboard {args.command}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ValidationError as exc:
+        print(f"hotboard {args.command}: invalid settings:\n{exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

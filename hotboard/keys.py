@@ -1,0 +1,57 @@
+"""The Redis layout: every key name hotboard reads or writes is built here and nowhere else.
+
+Board ``B`` lives in the sorted set ``hb:{B}``. The braces are a Redis Cluster hash tag, so the board, its
+flush watermarks and its meta hash always share one slot and can be updated in one atomic step.
+"""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "hb"
+
+#: Set of every board name a worker has ever flushed; lets a worker find the watermarks of a partition
+#: without scanning the keyspace.
+BOARDS_KEY = f"{PREFIX}:boards"
+
+#: Fields of ``hb:{B}:meta``.
+META_VERSION = "version"
+META_AS_OF = "as_of"
+
+BOARD_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+PLAYER_MAX_CHARS = 128
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+DEFAULT_BOARD = "global"
+
+
+def board_key(board: str) -> str:
+    """Sorted set holding the board's exact integer totals."""
+    return f"{PREFIX}:{{{board}}}"
+
+
+def applied_key(board: str) -> str:
+    """Hash ``<topic>:<partition>`` -> last Kafka offset of that partition applied to the board."""
+    return f"{PREFIX}:{{{board}}}:applied"
+
+
+def meta_key(board: str) -> str:
+    """Hash with ``version`` (bumped once per applied window) and ``as_of`` (ms time of that flush)."""
+    return f"{PREFIX}:{{{board}}}:meta"
+
+
+def watermark_field(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def is_valid_board(board: str) -> bool:
+    return BOARD_RE.fullmatch(board) is not None
+
+
+def is_valid_player(player: str) -> bool:
+    """1-128 characters and no control characters (C0, DEL, C1)."""
+    if not 0 < len(player) <= PLAYER_MAX_CHARS:
+        return False
+    # isprintable() is a fast C loop and implies "no control characters"; only the rare non-printable but
+    # legal ids (e.g. containing U+2028) take the regex.
+    return player.isprintable() or _CONTROL_RE.search(player) is None

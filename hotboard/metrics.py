@@ -1,0 +1,72 @@
+"""Prometheus metrics of the worker. Names and labels are a contract (README, dashboard, alerts).
+
+Each Worker owns its registry (no process globals), so tests and in-process benchmarks read exact values.
+Label sets are small and fixed: never a player or board name.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ingest.codec import Reason
+
+#: How many recent windows the savings-ratio gauge averages over.
+SAVINGS_WINDOWS = 60
+
+
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events = Counter("hotboard_events", "Events consumed, by outcome", ["result"], registry=r)
+        self.redis_writes = Counter(
+            "hotboard_redis_writes", "Sorted-set writes issued (one per board-player per window)", registry=r
+        )
+        self.windows = Counter("hotboard_windows", "Board windows flushed, by result", ["result"], registry=r)
+        self.savings_ratio = Gauge(
+            "hotboard_write_savings_ratio",
+            f"Events applied / sorted-set writes over the last {SAVINGS_WINDOWS} flushes",
+            registry=r,
+        )
+        self.window_entries = Histogram(
+            "hotboard_window_entries",
+            "Distinct board-player pairs per flush",
+            buckets=(1, 10, 100, 1_000, 10_000, 100_000, 1_000_000),
+            registry=r,
+        )
+        self.flush_seconds = Histogram(
+            "hotboard_flush_seconds",
+            "Flush round trip to Redis",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=r,
+        )
+        self.freshness_seconds = Histogram(
+            "hotboard_event_freshness_seconds",
+            "Flush time minus event ts: how long an event waits before players can see it",
+            buckets=(0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.pending_entries = Gauge("hotboard_pending_entries", "Board-player pairs waiting for a flush", registry=r)
+        self.backpressure_paused = Gauge(
+            "hotboard_backpressure_paused", "1 while fetching is paused because too much is pending", registry=r
+        )
+        self.consumer_lag = Gauge(
+            "hotboard_consumer_lag", "High watermark minus position, per assigned partition", ["partition"], registry=r
+        )
+        self.rebalances = Counter("hotboard_rebalances", "Partition assignments received", registry=r)
+        self.dlq = Counter("hotboard_dlq", "Records sent to the dead-letter topic, by reason", ["reason"], registry=r)
+        for result in ("applied", "invalid", "duplicate"):
+            self.events.labels(result)
+        for result in ("flushed", "failed", "fenced"):
+            self.windows.labels(result)
+        for reason in Reason:
+            self.dlq.labels(reason.value)
+        self._recent: deque[tuple[int, int]] = deque(maxlen=SAVINGS_WINDOWS)
+
+    def record_savings(self, events_applied: int, writes: int) -> None:
+        self._recent.append((events_applied, writes))
+        total_writes = sum(w for _, w in self._recent)
+        if total_writes:
+            self.savings_ratio.set(sum(e for e, _ in self._recent) / total_writes)

@@ -1,0 +1,1 @@
+"""Kafka consumption, the event codec and the window fold."""

@@ -1,0 +1,130 @@
+"""The event contract: one Kafka record value -> one validated score event, or a reason it is invalid.
+
+This runs once per event on the hot path, so it returns a plain tuple and caches board names it has
+already validated; everything else is a handful of type checks after one orjson parse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+from typing import NamedTuple
+
+import orjson
+
+from hotboard.keys import DEFAULT_BOARD, is_valid_board, is_valid_player
+
+MAX_VALUE_BYTES = 64 * 1024
+MAX_ABS_DELTA = 2**53 - 1
+#: The only operator today. ``op`` is reserved in the contract: ``set``/``best`` arrive in a later issue,
+#: and until then a record asking for one is rejected rather than silently summed.
+OP_INCR = "incr"
+
+
+class Reason(StrEnum):
+    """Why a record went to the dead-letter topic. A small fixed set: it is also a metric label."""
+
+    TOO_LARGE = "too_large"
+    BAD_UTF8 = "bad_utf8"
+    NOT_JSON = "not_json"
+    NOT_OBJECT = "not_object"
+    MISSING_FIELD = "missing_field"
+    BAD_TYPE = "bad_type"
+    BAD_VALUE = "bad_value"
+    UNSUPPORTED_OP = "unsupported_op"
+
+
+class InvalidEvent(ValueError):
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class Event(NamedTuple):
+    board: str
+    player: str
+    delta: int
+    ts_ms: int | None
+
+
+class Decoder:
+    """Validates records; remembers board names it has already checked (a set lookup beats the regex)."""
+
+    __slots__ = ("_known_boards", "_max_known")
+
+    def __init__(self, max_known_boards: int = 65_536) -> None:
+        self._known_boards: set[str] = set()
+        self._max_known = max_known_boards
+
+    def _check_board(self, board: object) -> str:
+        if type(board) is not str:
+            raise InvalidEvent(Reason.BAD_TYPE, f"board must be a string, got {type(board).__name__}")
+        if not is_valid_board(board):
+            raise InvalidEvent(Reason.BAD_VALUE, "board must be 1-64 characters of A-Z a-z 0-9 _ . : -")
+        if len(self._known_boards) < self._max_known:
+            self._known_boards.add(board)
+        return board
+
+    def decode(self, value: bytes | None) -> Event:
+        """Parse and validate one record value; raises :class:`InvalidEvent` with a readable reason."""
+        return _decode(value, self._known_boards, self._check_board)
+
+
+def decode(value: bytes | None) -> Event:
+    """One-off decode without the board cache (tests, tools)."""
+    return Decoder().decode(value)
+
+
+def _decode(value: bytes | None, known_boards: set[str], check_board: Callable[[object], str]) -> Event:
+    if value is None:
+        raise InvalidEvent(Reason.NOT_JSON, "record has no value (tombstone)")
+    if len(value) > MAX_VALUE_BYTES:
+        raise InvalidEvent(Reason.TOO_LARGE, f"value is {len(value)} bytes, limit {MAX_VALUE_BYTES}")
+    try:
+        obj = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidEvent(Reason.BAD_UTF8, "value is not valid UTF-8") from None
+        raise InvalidEvent(Reason.NOT_JSON, f"value is not JSON: {exc}") from None
+    if type(obj) is not dict:
+        raise InvalidEvent(Reason.NOT_OBJECT, f"value must be a JSON object, got {type(obj).__name__}")
+
+    op = obj.get("op", OP_INCR)
+    if op != OP_INCR:
+        raise InvalidEvent(Reason.UNSUPPORTED_OP, f"op {op!r} is not supported (only 'incr')")
+
+    board = obj.get("board", DEFAULT_BOARD)
+    board = board if board in known_boards else check_board(board)
+
+    player = obj.get("player")
+    if player is None:
+        raise InvalidEvent(Reason.MISSING_FIELD, "player is required")
+    if type(player) is not str:
+        raise InvalidEvent(Reason.BAD_TYPE, f"player must be a string, got {type(player).__name__}")
+    if not is_valid_player(player):
+        raise InvalidEvent(Reason.BAD_VALUE, "player must be 1-128 characters without control characters")
+
+    delta = obj.get("delta")
+    if delta is None:
+        raise InvalidEvent(Reason.MISSING_FIELD, "delta is required")
+    if type(delta) is not int:
+        # bool is a subclass of int, hence the exact type check; floats would make scores inexact.
+        raise InvalidEvent(Reason.BAD_TYPE, f"delta must be an integer, got {type(delta).__name__}")
+    if not -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA:
+        raise InvalidEvent(Reason.BAD_VALUE, "|delta| must be at most 2^53-1")
+
+    ts = obj.get("ts")
+    if ts is not None and (type(ts) is not int or ts < 0):
+        raise InvalidEvent(Reason.BAD_TYPE, "ts must be a non-negative integer (ms since the epoch)")
+    return Event(board, player, delta, ts)
+
+
+def encode(event: Event) -> bytes:
+    """The producer side of the contract (load generator, tests)."""
+    body: dict[str, object] = {"board": event.board, "player": event.player, "delta": event.delta}
+    if event.ts_ms is not None:
+        body["ts"] = event.ts_ms
+    return orjson.dumps(body)

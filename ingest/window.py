@@ -1,0 +1,148 @@
+"""The window fold: pure bookkeeping of pending per-player deltas, no I/O.
+
+Events are folded per partition (``partition -> board -> player -> delta``) so a revoked partition's
+pending work can be dropped on its own, and so each board's flush knows which partitions fed it and up to
+which offset. At flush time the partitions are merged per board into one :class:`BoardBatch`: one
+sorted-set write per distinct board-player pair, plus the board's watermark and meta bookkeeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Redis writes per board per window besides the ZINCRBYs: the watermark HSET, the meta version HINCRBY
+#: and the meta as_of HSET. Part of the "minimum possible writes" the benchmark checks against.
+BOOKKEEPING_WRITES_PER_BOARD = 3
+
+
+@dataclass(slots=True)
+class PartitionFold:
+    """Pending deltas of one partition since its last successful flush."""
+
+    boards: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Last offset folded (valid, invalid or skipped alike); -1 when nothing was folded yet.
+    last_offset: int = -1
+    entries: int = 0
+    events: int = 0
+    #: Oldest and newest event time seen (ms), for freshness; None when events carried no ts.
+    min_ts_ms: int | None = None
+    max_ts_ms: int | None = None
+    #: Invalid records waiting to be dead-lettered with this window: ``(record, error)``.
+    dead: list[tuple[Any, Any]] = field(default_factory=list)
+
+    def add(self, board: str, player: str, delta: int) -> None:
+        deltas = self.boards.get(board)
+        if deltas is None:
+            self.boards[board] = {player: delta}
+            self.entries += 1
+        else:
+            old = deltas.get(player)
+            if old is None:
+                deltas[player] = delta
+                self.entries += 1
+            else:
+                deltas[player] = old + delta
+        self.events += 1
+
+    def note_ts(self, ts_ms: int) -> None:
+        if self.min_ts_ms is None or ts_ms < self.min_ts_ms:
+            self.min_ts_ms = ts_ms
+        if self.max_ts_ms is None or ts_ms > self.max_ts_ms:
+            self.max_ts_ms = ts_ms
+
+    def absorb(self, newer: PartitionFold) -> None:
+        """Fold a later window of the same partition into this one (retry after a failed flush)."""
+        for board, deltas in newer.boards.items():
+            mine = self.boards.get(board)
+            if mine is None:
+                self.boards[board] = deltas
+                self.entries += len(deltas)
+                continue
+            for player, delta in deltas.items():
+                old = mine.get(player)
+                if old is None:
+                    mine[player] = delta
+                    self.entries += 1
+                else:
+                    mine[player] = old + delta
+        self.events += newer.events
+        self.dead.extend(newer.dead)
+        if newer.last_offset > self.last_offset:
+            self.last_offset = newer.last_offset
+        for ts in (newer.min_ts_ms, newer.max_ts_ms):
+            if ts is not None:
+                self.note_ts(ts)
+
+
+@dataclass(slots=True)
+class BoardBatch:
+    """Everything one board receives in one flush: summed deltas and the new watermark per partition."""
+
+    board: str
+    deltas: dict[str, int]
+    #: partition -> last offset of that partition covered by this batch.
+    offsets: dict[int, int]
+
+
+@dataclass(slots=True)
+class Window:
+    """Pending work of every assigned partition since the last successful flush."""
+
+    parts: dict[int, PartitionFold] = field(default_factory=dict)
+
+    def fold_for(self, partition: int) -> PartitionFold:
+        fold = self.parts.get(partition)
+        if fold is None:
+            fold = self.parts[partition] = PartitionFold()
+        return fold
+
+    @property
+    def entries(self) -> int:
+        """Pending board-player pairs (an upper bound when producers split one player over partitions)."""
+        return sum(fold.entries for fold in self.parts.values())
+
+    @property
+    def events(self) -> int:
+        return sum(fold.events for fold in self.parts.values())
+
+    def is_empty(self) -> bool:
+        return all(fold.last_offset < 0 for fold in self.parts.values())
+
+    def absorb(self, newer: Window) -> None:
+        for partition, fold in newer.parts.items():
+            mine = self.parts.get(partition)
+            if mine is None:
+                self.parts[partition] = fold
+            else:
+                mine.absorb(fold)
+
+    def dead_letters(self) -> list[tuple[Any, Any]]:
+        return [letter for fold in self.parts.values() for letter in fold.dead]
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        for partition in partitions:
+            self.parts.pop(partition, None)
+
+    def offsets(self) -> dict[int, int]:
+        """partition -> last folded offset, for partitions that folded anything."""
+        return {p: fold.last_offset for p, fold in self.parts.items() if fold.last_offset >= 0}
+
+    def batches(self) -> list[BoardBatch]:
+        """Merge the partitions per board. Partitions of one player rarely overlap (the record key is the
+        player id), so the common case is adopting one partition's dict without copying it."""
+        out: dict[str, BoardBatch] = {}
+        for partition, fold in self.parts.items():
+            for board, deltas in fold.boards.items():
+                batch = out.get(board)
+                if batch is None:
+                    out[board] = BoardBatch(board, deltas, {partition: fold.last_offset})
+                    continue
+                if len(batch.offsets) == 1:
+                    batch.deltas = dict(batch.deltas)  # never mutate a partition's own dict
+                merged = batch.deltas
+                for player, delta in deltas.items():
+                    merged[player] = merged.get(player, 0) + delta
+                batch.offsets[partition] = fold.last_offset
+        return list(out.values())

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# System packages the tests and the demo need: redis-server (+ redis-benchmark) and prometheus (+ promtool).
+# Debian/Ubuntu only; a no-op when everything is already there.
+set -euo pipefail
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+if [ ${#need[@]} -gt 0 ]; then
+  sudo_=""
+  [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+  $sudo_ apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+# Debian's packages start their own services; hotboard's tests and demo start their own on free ports.
