@@ -118,6 +118,11 @@ class RedisSink:
                     result[partition][board] = int(value)
         return result
 
+    async def server_id(self) -> str:
+        """The Redis ``run_id``: it changes when the server restarts (and may have lost its last writes)."""
+        info = await self._redis.info("server")
+        return str(info["run_id"])
+
     async def register_boards(self, boards: Iterable[str]) -> None:
         """Add new boards to the registry before their first flush, so a later owner finds their watermarks."""
         new = [b for b in boards if b not in self._registered]

@@ -159,7 +159,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 subprocess.Popen([*me, "worker", "--metrics-port", str(args.metrics_port + i)], env=env)
                 for i in range(2)
             ]
-            has_api = importlib.util.find_spec("reader_api") is not None
+            has_api = _api_available()
             if has_api:
                 children.append(subprocess.Popen([*me, "api", "--port", str(args.api_port)], env=env))
             count = int(args.rate * args.duration_s) if args.duration_s else 10**9
@@ -211,6 +211,10 @@ def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
             child.wait()
 
 
+def _api_available() -> bool:
+    return importlib.util.find_spec("reader_api") is not None and importlib.util.find_spec("reader_api.cli") is not None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hotboard", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("HOTBOARD_LOG_LEVEL", "INFO"))
@@ -219,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _dev_parser(sub)
     _produce_parser(sub)
     _demo_parser(sub)
-    if importlib.util.find_spec("reader_api") is not None:
+    if _api_available():
         importlib.import_module("reader_api.cli").add_parser(sub)
     args = parser.parse_args(argv)
     _setup_logging(args.log_level)

@@ -110,6 +110,10 @@ class Worker:
         self._active = Window()
         self._sealed: Window | None = None  # a window whose flush failed; retried as is
         self._paused_for_backpressure = False
+        #: Redis run_id seen when the partitions were positioned; a different one after an outage means the
+        #: server restarted and may have lost its last second of writes (AOF everysec): resynchronise.
+        self._redis_run_id: str | None = None
+        self._redis_suspect = False
         self._backoff = Backoff(cap_s=settings.backoff_max_s)
         self.flushes = 0
         self.fenced = 0
@@ -314,6 +318,7 @@ class Worker:
             if not waiting:
                 return
             try:
+                self._redis_run_id = await self._sink.server_id()
                 marks = await self._sink.load_watermarks(waiting)
                 committed = {
                     p: await self._consumer.committed(tp) for p, tp in zip(waiting, self._tps(waiting), strict=True)
@@ -407,6 +412,8 @@ class Worker:
         window = self._sealed
         started = time.monotonic()
         try:
+            if self._redis_suspect and await self._redis_restarted():
+                return True
             # 1. dead letters first: no watermark or offset may pass an invalid record before it is in the DLQ
             letters = window.dead_letters()
             if letters:
@@ -419,6 +426,7 @@ class Worker:
             batches = window.batches()
             results = await self._sink.flush(batches, self._expected)
         except (RedisError, OSError, KafkaError) as exc:
+            self._redis_suspect = True
             self.failed_flushes += 1
             self.metrics.windows.labels("failed").inc()
             log.warning("flush failed (%r); keeping %d entries and retrying with backoff", exc, window.entries)
@@ -456,6 +464,23 @@ class Worker:
         # 4. commit Kafka offsets: lag monitoring only, Redis watermarks are the truth
         await self._commit(window.offsets())
         self._update_backpressure()
+        return True
+
+    async def _redis_restarted(self) -> bool:
+        """After a failed flush: did Redis restart meanwhile? Then what it holds may be older than what we
+        believe it holds, and only a resynchronisation from its watermarks keeps the totals exact."""
+        run_id = await self._sink.server_id()
+        self._redis_suspect = False
+        if self._redis_run_id is None or run_id == self._redis_run_id:
+            self._redis_run_id = run_id
+            return False
+        log.warning(
+            "redis restarted (run_id %s -> %s); resynchronising partitions %s from its watermarks",
+            self._redis_run_id,
+            run_id,
+            self.assigned,
+        )
+        self._unready_all()
         return True
 
     def _expected(self, board: str, partition: int) -> int:

@@ -1,0 +1,183 @@
+"""Test harness for the worker fleet: worker processes we can kill, stop and freeze; a background feeder of
+events; and the independent reference totals every board must equal."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import redis
+
+from hotboard import keys
+from hotboard.loadgen import PublishStats, generate, publish
+from ingest.codec import Event
+
+Totals = dict[str, dict[str, int]]
+
+
+def totals_of(events: Iterable[Event]) -> Totals:
+    """The reference: each board's exact per-player sum, computed without any hotboard code path."""
+    out: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for e in events:
+        out[e.board][e.player] += e.delta
+    return {b: dict(d) for b, d in out.items()}
+
+
+def read_boards(url: str, boards: Iterable[str]) -> Totals:
+    r = redis.Redis.from_url(url)
+    try:
+        out: Totals = {}
+        for board in boards:
+            rows = r.zrange(keys.board_key(board), 0, -1, withscores=True)
+            out[board] = {m.decode(): int(s) for m, s in rows}
+        return out
+    finally:
+        r.close()
+
+
+def diff(expected: Totals, actual: Totals, limit: int = 5) -> str:
+    lines = []
+    for board, want in expected.items():
+        got = actual.get(board, {})
+        bad = [(p, want.get(p), got.get(p)) for p in set(want) | set(got) if want.get(p) != got.get(p)]
+        if bad:
+            lines.append(f"{board}: {len(bad)} players differ, e.g. {sorted(bad, key=str)[:limit]}")
+    return "; ".join(lines) or "equal"
+
+
+def wait_exact(url: str, expected: Totals, timeout_s: float = 60.0) -> Totals:
+    """Poll until every board equals the reference; fail with the difference after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    actual: Totals = {}
+    while time.monotonic() < deadline:
+        actual = read_boards(url, expected)
+        if actual == expected:
+            # Stable? A double count would show up as a later overshoot: look once more after a window.
+            time.sleep(1.5)
+            actual = read_boards(url, expected)
+            if actual == expected:
+                return actual
+        time.sleep(0.25)
+    raise AssertionError(f"boards not exact after {timeout_s:.0f}s: {diff(expected, actual)}")
+
+
+class WorkerProcess:
+    """``hotboard worker`` as a real OS process, so tests can SIGKILL, SIGSTOP and SIGTERM it."""
+
+    def __init__(self, *, kafka: str, redis_url: str, topic: str, group: str, log_dir: Path, name: str,
+                 window_ms: int = 500, extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.env = {
+            **os.environ,
+            "HOTBOARD_KAFKA": kafka,
+            "HOTBOARD_REDIS": redis_url,
+            "HOTBOARD_TOPIC": topic,
+            "HOTBOARD_GROUP": group,
+            "HOTBOARD_WINDOW_MS": str(window_ms),
+            "HOTBOARD_METRICS_PORT": "0",
+            "HOTBOARD_SESSION_TIMEOUT_MS": "6000",
+            "HOTBOARD_LOG_LEVEL": "INFO",
+            **(extra_env or {}),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> WorkerProcess:
+        with self.log_path.open("ab") as log:
+            log.write(f"--- start {self.starts}\n".encode())
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hotboard.cli", "worker"],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        self.starts += 1
+        return self
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None and self.proc.poll() is None, f"{self.name} is not running"
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        assert self.proc is not None
+        self.proc.wait(10)
+
+    def terminate(self, timeout_s: float = 10.0) -> tuple[int, float]:
+        """SIGTERM; returns (exit code, seconds it took)."""
+        assert self.proc is not None
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout_s + 5)
+        return rc, time.monotonic() - started
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def cleanup(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class Feeder(threading.Thread):
+    """Publishes a fixed list of events at a bounded rate in the background (its own event loop)."""
+
+    def __init__(self, kafka: str, topic: str, events: Sequence[Event] | Sequence[tuple[bytes, bytes]],
+                 rate: float) -> None:  # fmt: skip
+        super().__init__(daemon=True)
+        self.kafka, self.topic, self.events, self.rate = kafka, topic, events, rate
+        self.stats: PublishStats | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.stats = asyncio.run(publish(self.kafka, self.topic, self.events, rate=self.rate))
+        except BaseException as exc:
+            self.error = exc
+
+    def finish(self, timeout_s: float = 120.0) -> PublishStats:
+        if not self.is_alive() and self.stats is None and self.error is None:
+            self.start()
+        self.join(timeout_s)
+        assert not self.is_alive(), "feeder did not finish in time"
+        if self.error is not None:
+            raise self.error
+        assert self.stats is not None
+        return self.stats
+
+
+def skewed_events(count: int, *, players: int = 5000, boards: int = 3, seed: int = 1) -> list[Event]:
+    return list(generate(count, players=players, zipf=1.1, boards=boards, seed=seed))
+
+
+def wait_flushing(url: str, board: str = "global", windows: int = 2, timeout_s: float = 30.0) -> None:
+    """Block until ``board`` has taken ``windows`` flushes: the fleet is positioned and writing."""
+    r = redis.Redis.from_url(url)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            version = r.hget(keys.meta_key(board), keys.META_VERSION)
+            if version is not None and int(version) >= windows:
+                return
+            time.sleep(0.1)
+    finally:
+        r.close()
+    raise AssertionError(f"board {board} saw fewer than {windows} flushes within {timeout_s:.0f}s")
+
+
+def zincrby_calls(url: str) -> int:
+    r = redis.Redis.from_url(url)
+    try:
+        stats = r.info("commandstats").get("cmdstat_zincrby", {})
+        return int(stats.get("calls", 0))
+    finally:
+        r.close()
