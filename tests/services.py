@@ -34,7 +34,7 @@ def docker_answers() -> bool:
         client = docker.from_env(timeout=2)
         client.ping()
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure means no usable daemon
         return False
 
 

@@ -141,7 +141,7 @@ class Feeder(threading.Thread):
     def run(self) -> None:
         try:
             self.stats = asyncio.run(publish(self.kafka, self.topic, self.events, rate=self.rate))
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread by finish()
             self.error = exc
 
     def finish(self, timeout_s: float = 120.0) -> PublishStats:
