@@ -1,0 +1,140 @@
+"""Poison records, an unreachable Kafka, and the demo: the edges of the worker's contract."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from aiokafka import AIOKafkaConsumer
+
+from hotboard import keys
+from hotboard.devstack import RedisServer, free_port, port_open
+from ingest.codec import encode
+from ingest.dlq import ERROR_HEADER, SOURCE_HEADER
+from tests.integration.harness import Feeder, WorkerProcess, skewed_events, totals_of, wait_exact
+
+pytestmark = pytest.mark.integration
+
+POISON: list[tuple[bytes, str]] = [
+    (b"not json at all", "not_json"),
+    (b"[1, 2, 3]", "not_object"),
+    (b'{"board": "global", "delta": 5}', "missing_field"),
+    (b'{"player": "p-1", "delta": 1.5}', "bad_type"),
+    (b'{"player": "p-1", "delta": true}', "bad_type"),
+    (b'{"player": "p-1", "delta": "7"}', "bad_type"),
+    (b'{"player": "p-1", "delta": 9007199254740992}', "bad_value"),
+    (b'{"player": "p-1", "delta": 1, "board": "no spaces allowed"}', "bad_value"),
+    (b'{"player": "", "delta": 1}', "bad_value"),
+    (b'{"player": "a\\u0007b", "delta": 1}', "bad_value"),
+    (b'{"player": "p-1", "delta": 1, "op": "set"}', "unsupported_op"),
+    (b'{"player": "\xff\xfe", "delta": 1}', "bad_utf8"),
+    (b'{"player": "p-1", "delta": 1, "pad": "' + b"x" * (64 * 1024) + b'"}', "too_large"),
+]
+
+
+async def _read_dlq(kafka: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[object]:
+    consumer = AIOKafkaConsumer(f"{topic}.dlq", bootstrap_servers=kafka, auto_offset_reset="earliest",
+                                group_id=None, enable_auto_commit=False)  # fmt: skip
+    await consumer.start()
+    records: list[object] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while len(records) < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for recs in batch.values():
+                records.extend(recs)
+    finally:
+        await consumer.stop()
+    return records
+
+
+def test_poison_goes_to_dlq_with_reasons_and_good_events_count(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, tmp_path: Path
+) -> None:
+    topic = topic_factory(4)
+    good = skewed_events(20_000, players=500, boards=2, seed=21)
+    stream: list[tuple[bytes, bytes]] = [(e.player.encode(), encode(e)) for e in good]
+    rng = random.Random(21)
+    for value, _ in POISON:
+        stream.insert(rng.randrange(len(stream)), (b"poison-key", value))
+    worker = WorkerProcess(kafka=kafka, redis_url=redis_server.url, topic=topic, group=f"g-{uuid.uuid4().hex[:8]}",
+                           log_dir=tmp_path, name="w").start()  # fmt: skip
+    try:
+        Feeder(kafka, topic, stream, rate=0).finish()
+        wait_exact(redis_server.url, totals_of(good), timeout_s=60)
+        dead = asyncio.run(_read_dlq(kafka, topic, len(POISON)))
+        assert len(dead) == len(POISON)
+        by_value = {}
+        for rec in dead:
+            headers = dict(rec.headers)  # type: ignore[attr-defined]
+            assert rec.key == b"poison-key"  # type: ignore[attr-defined]
+            src_topic, src_partition, src_offset = headers[SOURCE_HEADER].decode().rsplit(":", 2)
+            assert src_topic == topic and int(src_partition) >= 0 and int(src_offset) >= 0
+            by_value[rec.value] = headers[ERROR_HEADER].decode()  # type: ignore[attr-defined]
+        for value, reason in POISON:
+            assert by_value[value].startswith(reason + ":"), (value[:60], by_value[value])
+        assert worker.proc is not None and worker.proc.poll() is None
+    finally:
+        worker.cleanup()
+
+
+def test_unreachable_kafka_exits_nonzero_with_a_clear_message(tmp_path: Path) -> None:
+    closed = free_port()
+    env = {**os.environ, "HOTBOARD_KAFKA_START_TIMEOUT_S": "3", "HOTBOARD_METRICS_PORT": "0"}
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "hotboard.cli", "worker", "--kafka", f"127.0.0.1:{closed}"],
+        env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    assert time.monotonic() - started < 30
+    assert f"Kafka at 127.0.0.1:{closed} did not answer" in proc.stderr.decode()
+
+
+def test_demo_fills_boards_and_ctrl_c_stops_everything() -> None:
+    ports = {name: free_port() for name in ("kafka", "redis", "api", "metrics")}
+    metrics2 = ports["metrics"] + 1
+    if port_open(metrics2):
+        pytest.skip("metrics+1 port busy")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hotboard.cli", "demo", "--kafka-port", str(ports["kafka"]),
+         "--redis-port", str(ports["redis"]), "--api-port", str(ports["api"]),
+         "--metrics-port", str(ports["metrics"]), "--rate", "1500"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        r = redis.Redis(port=ports["redis"])
+        deadline = time.monotonic() + 40
+        size = 0
+        while time.monotonic() < deadline:
+            try:
+                size = int(r.zcard(keys.board_key("global")))
+            except redis.ConnectionError:
+                size = 0
+            if size >= 100:
+                break
+            time.sleep(0.5)
+        r.close()
+        assert size >= 100, "demo did not fill the global board"
+        time.sleep(5)  # let it run a while longer: about 15 s in all
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=40)
+        assert proc.returncode == 0, out.decode()[-3000:]
+        text = out.decode()
+        assert "hotboard demo running" in text and "demo stopped." in text
+        still = [name for name, port in {**ports, "metrics2": metrics2}.items() if port_open(port)]
+        assert not still, f"still listening after Ctrl-C: {still}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

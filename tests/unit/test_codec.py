@@ -1,0 +1,89 @@
+"""The event contract, as a table: what is accepted, and why each bad input is rejected."""
+
+from __future__ import annotations
+
+import pytest
+
+from ingest.codec import Decoder, Event, InvalidEvent, Reason, decode, encode
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (b'{"board": "global", "player": "p-42", "delta": 10, "ts": 1764500000123}',
+         Event("global", "p-42", 10, 1764500000123)),
+        (b'{"player": "p-42", "delta": -3}', Event("global", "p-42", -3, None)),
+        (b'{"player": "x", "delta": 0, "extra": [1, 2]}', Event("global", "x", 0, None)),
+        (b'{"board": "s:2026.w48_eu-1", "player": "a:b.c-d", "delta": 1}', Event("s:2026.w48_eu-1", "a:b.c-d", 1, None)),
+        (b'{"player": "\xc3\xa9l\xc3\xa8ve \xf0\x9f\x8e\xae", "delta": 1}', Event("global", "\u00e9l\u00e8ve \U0001f3ae", 1, None)),
+        (b'{"player": "p", "delta": 9007199254740991}', Event("global", "p", 2**53 - 1, None)),
+        (b'{"player": "p", "delta": -9007199254740991}', Event("global", "p", -(2**53 - 1), None)),
+        (b'{"player": "p", "delta": 1, "op": "incr"}', Event("global", "p", 1, None)),
+        (b'{"player": "' + b"x" * 128 + b'", "delta": 1}', Event("global", "x" * 128, 1, None)),
+        (b'{"board": "' + b"b" * 64 + b'", "player": "p", "delta": 1}', Event("b" * 64, "p", 1, None)),
+    ],
+)  # fmt: skip
+def test_valid_events(value: bytes, expected: Event) -> None:
+    assert decode(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, Reason.NOT_JSON),
+        (b"", Reason.NOT_JSON),
+        (b"{not json", Reason.NOT_JSON),
+        (b"\xff\xfe{}", Reason.BAD_UTF8),
+        (b'{"player": "\xed\xa0\x80", "delta": 1}', Reason.BAD_UTF8),
+        (b"[]", Reason.NOT_OBJECT),
+        (b'"a string"', Reason.NOT_OBJECT),
+        (b"42", Reason.NOT_OBJECT),
+        (b"null", Reason.NOT_OBJECT),
+        (b'{"delta": 1}', Reason.MISSING_FIELD),
+        (b'{"player": "p"}', Reason.MISSING_FIELD),
+        (b'{"player": null, "delta": 1}', Reason.MISSING_FIELD),
+        (b'{"player": 42, "delta": 1}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": 1.0}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": 1e3}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": "1"}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": true}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": false}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": 9007199254740992}', Reason.BAD_VALUE),
+        (b'{"player": "p", "delta": -9007199254740992}', Reason.BAD_VALUE),
+        (b'{"player": "p", "delta": 1, "board": 7}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": 1, "board": ""}', Reason.BAD_VALUE),
+        (b'{"player": "p", "delta": 1, "board": "has space"}', Reason.BAD_VALUE),
+        (b'{"player": "p", "delta": 1, "board": "hb{x}"}', Reason.BAD_VALUE),
+        (b'{"player": "p", "delta": 1, "board": "' + b"b" * 65 + b'"}', Reason.BAD_VALUE),
+        (b'{"player": "", "delta": 1}', Reason.BAD_VALUE),
+        (b'{"player": "' + b"x" * 129 + b'", "delta": 1}', Reason.BAD_VALUE),
+        (b'{"player": "a\\nb", "delta": 1}', Reason.BAD_VALUE),
+        (b'{"player": "a\\u0000b", "delta": 1}', Reason.BAD_VALUE),
+        (b'{"player": "a\\u007fb", "delta": 1}', Reason.BAD_VALUE),
+        (b'{"player": "a\\u0085b", "delta": 1}', Reason.BAD_VALUE),
+        (b'{"player": "p", "delta": 1, "ts": "now"}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": 1, "ts": -1}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": 1, "ts": 1.5}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": 1, "op": "set"}', Reason.UNSUPPORTED_OP),
+        (b'{"player": "p", "delta": 1, "pad": "' + b"x" * 65_536 + b'"}', Reason.TOO_LARGE),
+    ],
+)  # fmt: skip
+def test_invalid_events_name_their_reason(value: bytes | None, reason: Reason) -> None:
+    with pytest.raises(InvalidEvent) as caught:
+        decode(value)
+    assert caught.value.reason is reason
+    assert str(caught.value).startswith(reason.value + ": ")
+
+
+def test_decoder_board_cache_does_not_let_bad_boards_through() -> None:
+    decoder = Decoder(max_known_boards=1)
+    assert decoder.decode(b'{"board": "a", "player": "p", "delta": 1}').board == "a"
+    assert decoder.decode(b'{"board": "b", "player": "p", "delta": 1}').board == "b"  # cache full: still checked
+    with pytest.raises(InvalidEvent):
+        decoder.decode(b'{"board": "no good", "player": "p", "delta": 1}')
+
+
+def test_encode_round_trips() -> None:
+    event = Event("s:1", "p-\u00e9", -(2**53 - 1), 1764500000123)
+    assert decode(encode(event)) == event
+    assert decode(encode(event._replace(ts_ms=None))) == event._replace(ts_ms=None)

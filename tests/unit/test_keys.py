@@ -1,0 +1,43 @@
+"""The Redis layout is a contract with the read API and ops: pin it."""
+
+from __future__ import annotations
+
+import pytest
+
+from hotboard import keys
+
+
+def test_layout() -> None:
+    assert keys.board_key("global") == "hb:{global}"
+    assert keys.applied_key("global") == "hb:{global}:applied"
+    assert keys.meta_key("global") == "hb:{global}:meta"
+    assert keys.watermark_field("scores", 3) == "scores:3"
+    assert keys.BOARDS_KEY == "hb:boards"
+
+
+def _slot_tag(key: str) -> str:
+    start = key.index("{")
+    return key[start + 1 : key.index("}", start)]
+
+
+@pytest.mark.parametrize("board", ["global", "s:2026.w48", "a-b_c", "x" * 64])
+def test_board_keys_share_one_cluster_hash_tag(board: str) -> None:
+    tags = {_slot_tag(k(board)) for k in (keys.board_key, keys.applied_key, keys.meta_key)}
+    assert tags == {board}
+
+
+@pytest.mark.parametrize(
+    ("board", "ok"),
+    [("global", True), ("a:b.c-d_e", True), ("", False), ("x" * 65, False), ("a b", False), ("{x}", False)],
+)
+def test_board_rule(board: str, ok: bool) -> None:
+    assert keys.is_valid_board(board) is ok
+
+
+@pytest.mark.parametrize(
+    ("player", "ok"),
+    [("p-1", True), ("x y", True), ("\u00e9\u2028", True), ("", False), ("x" * 129, False), ("a\tb", False),
+     ("a\x9fb", False)],
+)  # fmt: skip
+def test_player_rule(player: str, ok: bool) -> None:
+    assert keys.is_valid_player(player) is ok

@@ -1,0 +1,103 @@
+"""The fold: per-partition deltas, merged per board at flush time, with the watermark each board gets."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+
+from ingest.window import BoardBatch, PartitionFold, Window
+from ingest.worker import resume_offset
+
+
+def _fold(window: Window, partition: int, offset: int, board: str, player: str, delta: int) -> None:
+    fold = window.fold_for(partition)
+    fold.add(board, player, delta)
+    fold.last_offset = offset
+
+
+def test_fold_sums_per_board_and_player() -> None:
+    w = Window()
+    _fold(w, 0, 0, "g", "a", 5)
+    _fold(w, 0, 1, "g", "a", -2)
+    _fold(w, 0, 2, "g", "b", 1)
+    _fold(w, 0, 3, "s", "a", 7)
+    assert w.entries == 3
+    assert w.events == 4
+    batches = {b.board: b for b in w.batches()}
+    assert batches["g"] == BoardBatch("g", {"a": 3, "b": 1}, {0: 3})
+    assert batches["s"] == BoardBatch("s", {"a": 7}, {0: 3})
+
+
+def test_merge_across_partitions_sums_and_names_every_partition() -> None:
+    w = Window()
+    _fold(w, 0, 10, "g", "a", 1)
+    _fold(w, 1, 20, "g", "a", 2)  # a producer that did not key by player: same player on two partitions
+    _fold(w, 2, 30, "g", "c", 3)
+    _fold(w, 2, 31, "other", "c", 4)
+    batches = {b.board: b for b in w.batches()}
+    assert batches["g"].deltas == {"a": 3, "c": 3}
+    assert batches["g"].offsets == {0: 10, 1: 20, 2: 31}
+    assert batches["other"].offsets == {2: 31}
+    # merging never mutates a partition's own dict (it is retried as is after a failed flush)
+    assert w.parts[0].boards["g"] == {"a": 1}
+
+
+def test_absorb_is_the_same_as_folding_everything_at_once() -> None:
+    rng = random.Random(3)
+    events = [(rng.randrange(3), rng.choice("gs"), f"p{rng.randrange(20)}", rng.randint(-5, 9)) for _ in range(500)]
+    one, first, second = Window(), Window(), Window()
+    for i, (p, board, player, delta) in enumerate(events):
+        _fold(one, p, i, board, player, delta)
+        _fold(first if i < 250 else second, p, i, board, player, delta)
+    first.absorb(second)
+    assert {b.board: (b.deltas, b.offsets) for b in first.batches()} == {
+        b.board: (b.deltas, b.offsets) for b in one.batches()
+    }
+    assert first.entries == one.entries
+    assert first.events == one.events
+
+
+def test_totals_match_reference_for_random_streams() -> None:
+    rng = random.Random(9)
+    w = Window()
+    ref: defaultdict[tuple[str, str], int] = defaultdict(int)
+    for i in range(5000):
+        p, board, player, delta = rng.randrange(4), rng.choice("abc"), f"p{rng.randrange(300)}", rng.randint(-9, 9)
+        _fold(w, p, i, board, player, delta)
+        ref[board, player] += delta
+    got = {(b.board, player): d for b in w.batches() for player, d in b.deltas.items()}
+    assert got == dict(ref)
+
+
+def test_drop_forgets_only_the_revoked_partitions() -> None:
+    w = Window()
+    _fold(w, 0, 1, "g", "a", 1)
+    _fold(w, 1, 1, "g", "b", 1)
+    w.drop([0])
+    assert [b.deltas for b in w.batches()] == [{"b": 1}]
+    assert w.offsets() == {1: 1}
+
+
+def test_empty_window_and_timestamps() -> None:
+    w = Window()
+    assert w.is_empty() and w.batches() == [] and w.entries == 0
+    fold = w.fold_for(0)
+    assert w.is_empty()  # a fold with nothing in it is still empty
+    fold.note_ts(5)
+    fold.note_ts(3)
+    fold.note_ts(9)
+    assert (fold.min_ts_ms, fold.max_ts_ms) == (3, 9)
+    other = PartitionFold()
+    other.note_ts(1)
+    fold.absorb(other)
+    assert fold.min_ts_ms == 1
+
+
+@pytest.mark.parametrize(
+    ("watermarks", "expected"),
+    [({}, None), ({"g": 41}, 42), ({"g": 41, "s": 7, "t": 100}, 8), ({"g": -1}, 0)],
+)
+def test_resume_after_the_lowest_watermark(watermarks: dict[str, int], expected: int | None) -> None:
+    assert resume_offset(watermarks) == expected
