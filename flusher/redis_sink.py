@@ -101,9 +101,11 @@ class RedisSink:
         result: dict[int, dict[str, int]] = {p: {} for p in partitions}
         if not partitions:
             return result
-        boards = sorted(
-            b.decode() if isinstance(b, bytes) else str(b) for b in await self._redis.smembers(keys.BOARDS_KEY)
-        )
+        members = await self._redis.smembers(keys.BOARDS_KEY)
+        boards = sorted(b.decode() if isinstance(b, bytes) else str(b) for b in members)
+        # What Redis holds now is what counts as registered: after a restart that lost its last second of
+        # writes, a board registered in that second is registered again before its next flush.
+        self._registered = set(boards)
         if not boards:
             return result
         ordered = list(partitions)
