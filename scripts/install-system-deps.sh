@@ -6,6 +6,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   sudo_=""
   [ "$(id -u)" -eq 0 ] || sudo_="sudo"

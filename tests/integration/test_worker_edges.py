@@ -138,3 +138,18 @@ def test_demo_fills_boards_and_ctrl_c_stops_everything() -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_dev_refuses_a_taken_port_with_a_clear_error() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "hotboard.cli", "dev", "--kafka-port", str(port), "--redis-port", str(free_port())],
+            capture_output=True, timeout=60,
+        )  # fmt: skip
+    assert proc.returncode == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr.decode()
