@@ -28,12 +28,12 @@ from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
-from prometheus_client import start_http_server
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from flusher.redis_sink import NO_WATERMARK, BoardResult, Outcome, RedisSink
 from hotboard.metrics import WorkerMetrics
+from hotboard.ops_http import serve_ops
 from hotboard.settings import WorkerSettings
 from hotboard.timing import Backoff, ticker, wait_or_stop
 from ingest.codec import Decoder, InvalidEvent
@@ -130,6 +130,11 @@ class Worker:
         return self._active.entries + (self._sealed.entries if self._sealed else 0)
 
     @property
+    def ready(self) -> bool:
+        """Kubernetes readiness: the consumer holds partitions and has positioned them all."""
+        return bool(self._parts) and all(st.ready for st in self._parts.values())
+
+    @property
     def assigned(self) -> list[int]:
         return sorted(self._parts)
 
@@ -161,8 +166,8 @@ class Worker:
             self._dead = DeadLetters(self._producer, s.dlq)
             self._consumer.subscribe([s.topic], listener=_Listener(self))
             if s.metrics_port:
-                server, thread = start_http_server(s.metrics_port, s.metrics_host, registry=self.metrics.registry)
-                self._stack.callback(thread.join, 2)
+                server = serve_ops(s.metrics_host, s.metrics_port, self.metrics.registry, lambda: self.ready)
+                self._stack.callback(server.server_close)
                 self._stack.callback(server.shutdown)
             if self._handle_signals:
                 loop = asyncio.get_running_loop()
