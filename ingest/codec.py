@@ -6,13 +6,12 @@ already validated; everything else is a handful of type checks after one orjson 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from enum import StrEnum
 from typing import NamedTuple
 
 import orjson
 
-from hotboard.keys import DEFAULT_BOARD, is_valid_board, is_valid_player
+from hotboard.keys import DEFAULT_BOARD, PLAYER_MAX_CHARS, is_valid_board, is_valid_player
 
 MAX_VALUE_BYTES = 64 * 1024
 MAX_ABS_DELTA = 2**53 - 1
@@ -48,8 +47,14 @@ class Event(NamedTuple):
     ts_ms: int | None
 
 
+#: The decoded fields of one event, as the hot path uses them: (board, player, delta, ts_ms).
+Fields = tuple[str, str, int, int | None]
+
+
 class Decoder:
-    """Validates records; remembers board names it has already checked (a set lookup beats the regex)."""
+    """Validates records. The common case (a well-formed event on a board seen before) takes one orjson
+    parse, a set lookup and a few exact type checks; anything else falls through to :func:`_validate`,
+    which re-checks field by field and names the first problem."""
 
     __slots__ = ("_known_boards", "_max_known")
 
@@ -57,18 +62,38 @@ class Decoder:
         self._known_boards: set[str] = set()
         self._max_known = max_known_boards
 
-    def _check_board(self, board: object) -> str:
-        if type(board) is not str:
-            raise InvalidEvent(Reason.BAD_TYPE, f"board must be a string, got {type(board).__name__}")
-        if not is_valid_board(board):
-            raise InvalidEvent(Reason.BAD_VALUE, "board must be 1-64 characters of A-Z a-z 0-9 _ . : -")
-        if len(self._known_boards) < self._max_known:
+    def fields(self, value: bytes | None) -> Fields:
+        """Hot path: a plain tuple, no object built. Raises :class:`InvalidEvent`."""
+        if value is None or len(value) > MAX_VALUE_BYTES:
+            raise _reject_raw(value)
+        try:
+            obj = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise _reject_raw(value, exc) from None
+        if type(obj) is dict and "op" not in obj:
+            get = obj.get
+            board = get("board", DEFAULT_BOARD)
+            player = get("player")
+            delta = get("delta")
+            ts = get("ts")
+            if (
+                board in self._known_boards
+                and type(player) is str
+                and 0 < len(player) <= PLAYER_MAX_CHARS
+                and player.isprintable()
+                and type(delta) is int  # exact: bool is an int subclass, floats would make scores inexact
+                and -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA
+                and (ts is None or (type(ts) is int and ts >= 0))
+            ):
+                return board, player, delta, ts
+        board, player, delta, ts = _validate(obj)
+        if board not in self._known_boards and len(self._known_boards) < self._max_known:
             self._known_boards.add(board)
-        return board
+        return board, player, delta, ts
 
     def decode(self, value: bytes | None) -> Event:
         """Parse and validate one record value; raises :class:`InvalidEvent` with a readable reason."""
-        return _decode(value, self._known_boards, self._check_board)
+        return Event(*self.fields(value))
 
 
 def decode(value: bytes | None) -> Event:
@@ -76,19 +101,20 @@ def decode(value: bytes | None) -> Event:
     return Decoder().decode(value)
 
 
-def _decode(value: bytes | None, known_boards: set[str], check_board: Callable[[object], str]) -> Event:
+def _reject_raw(value: bytes | None, exc: Exception | None = None) -> InvalidEvent:
     if value is None:
-        raise InvalidEvent(Reason.NOT_JSON, "record has no value (tombstone)")
+        return InvalidEvent(Reason.NOT_JSON, "record has no value (tombstone)")
     if len(value) > MAX_VALUE_BYTES:
-        raise InvalidEvent(Reason.TOO_LARGE, f"value is {len(value)} bytes, limit {MAX_VALUE_BYTES}")
+        return InvalidEvent(Reason.TOO_LARGE, f"value is {len(value)} bytes, limit {MAX_VALUE_BYTES}")
     try:
-        obj = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        try:
-            value.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InvalidEvent(Reason.BAD_UTF8, "value is not valid UTF-8") from None
-        raise InvalidEvent(Reason.NOT_JSON, f"value is not JSON: {exc}") from None
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return InvalidEvent(Reason.BAD_UTF8, "value is not valid UTF-8")
+    return InvalidEvent(Reason.NOT_JSON, f"value is not JSON: {exc}")
+
+
+def _validate(obj: object) -> Fields:
+    """The slow path: every rule of the contract, in order, with the reason of the first one broken."""
     if type(obj) is not dict:
         raise InvalidEvent(Reason.NOT_OBJECT, f"value must be a JSON object, got {type(obj).__name__}")
 
@@ -97,7 +123,10 @@ def _decode(value: bytes | None, known_boards: set[str], check_board: Callable[[
         raise InvalidEvent(Reason.UNSUPPORTED_OP, f"op {op!r} is not supported (only 'incr')")
 
     board = obj.get("board", DEFAULT_BOARD)
-    board = board if board in known_boards else check_board(board)
+    if type(board) is not str:
+        raise InvalidEvent(Reason.BAD_TYPE, f"board must be a string, got {type(board).__name__}")
+    if not is_valid_board(board):
+        raise InvalidEvent(Reason.BAD_VALUE, "board must be 1-64 characters of A-Z a-z 0-9 _ . : -")
 
     player = obj.get("player")
     if player is None:
@@ -111,7 +140,6 @@ def _decode(value: bytes | None, known_boards: set[str], check_board: Callable[[
     if delta is None:
         raise InvalidEvent(Reason.MISSING_FIELD, "delta is required")
     if type(delta) is not int:
-        # bool is a subclass of int, hence the exact type check; floats would make scores inexact.
         raise InvalidEvent(Reason.BAD_TYPE, f"delta must be an integer, got {type(delta).__name__}")
     if not -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA:
         raise InvalidEvent(Reason.BAD_VALUE, "|delta| must be at most 2^53-1")
@@ -119,7 +147,7 @@ def _decode(value: bytes | None, known_boards: set[str], check_board: Callable[[
     ts = obj.get("ts")
     if ts is not None and (type(ts) is not int or ts < 0):
         raise InvalidEvent(Reason.BAD_TYPE, "ts must be a non-negative integer (ms since the epoch)")
-    return Event(board, player, delta, ts)
+    return board, player, delta, ts
 
 
 def encode(event: Event) -> bytes:

@@ -240,7 +240,7 @@ class Worker:
     # ---------------------------------------------------------------- fold (hot path: no awaits in here)
 
     def _fold(self, batch: dict[TopicPartition, list[Any]]) -> None:
-        decode = self._decoder.decode
+        decode = self._decoder.fields
         applied = invalid = duplicate = 0
         for tp, records in batch.items():
             state = self._parts.get(tp.partition)
