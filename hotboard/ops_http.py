@@ -26,29 +26,33 @@ class _ThreadingWSGIServer(WSGIServer):
     daemon_threads = True
 
 
-def ops_app(
-    registry: CollectorRegistry, ready: Callable[[], bool]
-) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
+def ops_app(registry: CollectorRegistry, ready: Callable[[], bool], alive: Callable[[], bool]) -> WSGIApp:
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         if path == "/healthz":
-            start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"ok\n"]
+            if alive():
+                start_response("200 OK", [("Content-Type", "text/plain")])
+                return [b"ok\n"]
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"stuck: the flush loop has not ticked recently\n"]
         if path == "/readyz":
             if ready():
                 start_response("200 OK", [("Content-Type", "text/plain")])
                 return [b"ready: partitions assigned and positioned\n"]
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"not ready: no partition assigned yet\n"]
+            return [b"not ready: no partition assigned and positioned yet\n"]
         return metrics(environ, start_response)  # type: ignore[no-any-return]
 
     return app
 
 
-def serve_ops(host: str, port: int, registry: CollectorRegistry, ready: Callable[[], bool]) -> WSGIServer:
+def serve_ops(
+    host: str, port: int, registry: CollectorRegistry, ready: Callable[[], bool], alive: Callable[[], bool]
+) -> WSGIServer:
     """Start serving on a daemon thread; call ``shutdown()`` then ``server_close()`` to stop."""
-    server = make_server(host, port, ops_app(registry, ready), _ThreadingWSGIServer, handler_class=_QuietHandler)
+    app = ops_app(registry, ready, alive)
+    server = make_server(host, port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="hotboard-ops-http", daemon=True).start()
     return server

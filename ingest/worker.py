@@ -42,6 +42,9 @@ from ingest.window import Window
 
 log = logging.getLogger("hotboard.worker")
 
+#: /healthz fails when the flush loop has not ticked for this long (or ten windows, if longer).
+LIVENESS_STALE_S = 60.0
+
 
 class KafkaUnavailable(RuntimeError):
     """Kafka did not answer within ``kafka_start_timeout_s``."""
@@ -115,6 +118,7 @@ class Worker:
         self._redis_run_id: str | None = None
         self._redis_suspect = False
         self._backoff = Backoff(cap_s=settings.backoff_max_s)
+        self._heartbeat = time.monotonic()
         self.flushes = 0
         self.fenced = 0
         self.failed_flushes = 0
@@ -128,6 +132,11 @@ class Worker:
     @property
     def pending_entries(self) -> int:
         return self._active.entries + (self._sealed.entries if self._sealed else 0)
+
+    @property
+    def alive(self) -> bool:
+        """Kubernetes liveness: the flush loop ticked lately (it ticks every window, or every backoff step)."""
+        return time.monotonic() - self._heartbeat < max(LIVENESS_STALE_S, 10 * self.settings.window_s)
 
     @property
     def ready(self) -> bool:
@@ -166,7 +175,9 @@ class Worker:
             self._dead = DeadLetters(self._producer, s.dlq)
             self._consumer.subscribe([s.topic], listener=_Listener(self))
             if s.metrics_port:
-                server = serve_ops(s.metrics_host, s.metrics_port, self.metrics.registry, lambda: self.ready)
+                server = serve_ops(
+                    s.metrics_host, s.metrics_port, self.metrics.registry, lambda: self.ready, lambda: self.alive
+                )
                 self._stack.callback(server.server_close)
                 self._stack.callback(server.shutdown)
             if self._handle_signals:
@@ -401,6 +412,7 @@ class Worker:
 
     async def _flush_loop(self) -> None:
         async for _ in ticker(self.settings.window_s, self._stopping):
+            self._heartbeat = time.monotonic()
             async with self._lock:
                 ok = await self._flush_step()
             if not ok:

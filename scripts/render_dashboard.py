@@ -61,8 +61,11 @@ def legend(fmt: str, labels: dict[str, str]) -> str:
     return out
 
 
-def render(prom_url: str, out_path: Path, start: float, end: float, *, rate_interval: str = "10s") -> Path:
-    """Plot the key panels over [start, end] (unix seconds) into ``out_path`` (PNG); returns the path."""
+def render(
+    prom_url: str, out_path: Path, start: float, end: float, *, rate_interval: str = "10s", note: str = ""
+) -> Path:
+    """Plot the key panels over [start, end] (unix seconds) into ``out_path`` (PNG); returns the path.
+    ``note`` describes the run in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,8 +90,8 @@ def render(prom_url: str, out_path: Path, start: float, end: float, *, rate_inte
     for ax in axes[1]:
         ax.set_xlabel("seconds into the run")
     fig.suptitle(
-        "hotboard - one worker, 8 partitions, 1 s windows (queries of deploy/grafana/dashboards/hotboard.json, "
-        f"$__rate_interval={rate_interval})",
+        f"hotboard{' - ' + note if note else ''}\nqueries of deploy/grafana/dashboards/hotboard.json, "
+        f"$__rate_interval={rate_interval}, from a real Prometheus",
         fontsize=10,
     )
     fig.tight_layout()

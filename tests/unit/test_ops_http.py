@@ -20,15 +20,15 @@ def _get(url: str) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
-@pytest.mark.parametrize("ready", [True, False])
-def test_probes_and_metrics(ready: bool) -> None:
+@pytest.mark.parametrize(("ready", "alive"), [(True, True), (False, True), (False, False)])
+def test_probes_and_metrics(ready: bool, alive: bool) -> None:
     registry = CollectorRegistry()
     Counter("hotboard_probe_test", "a test counter", registry=registry).inc(3)
     port = free_port()
-    server = serve_ops("127.0.0.1", port, registry, lambda: ready)
+    server = serve_ops("127.0.0.1", port, registry, lambda: ready, lambda: alive)
     try:
         base = f"http://127.0.0.1:{port}"
-        assert _get(f"{base}/healthz") == (200, "ok\n")
+        assert _get(f"{base}/healthz")[0] == (200 if alive else 503)
         status, body = _get(f"{base}/readyz")
         assert status == (200 if ready else 503)
         status, body = _get(f"{base}/metrics")
