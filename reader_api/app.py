@@ -1,0 +1,73 @@
+"""The ASGI app. Everything with a lifetime (Redis pool, cache, metrics registry) belongs to one app
+instance and lives in its lifespan: no module globals, so tests build as many independent apps as they like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import orjson
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+
+from reader_api import errors
+from reader_api.cache import PageCache
+from reader_api.metrics import ApiMetrics, MetricsMiddleware
+from reader_api.openapi import document
+from reader_api.paths import EncodedSlashMiddleware
+from reader_api.routes import ROUTES
+from reader_api.service import Reader
+from reader_api.settings import ApiSettings
+
+DESCRIPTION = """Read-only leaderboard queries over the hotboard Redis layout.
+
+* Ranks are 1-based, highest score first. **Ties**: equal scores are ordered the way Redis orders them
+  (ZREVRANGE/ZREVRANK): reverse lexicographic by the bytes of the player id. Every rank is distinct.
+* Every answer is one consistent snapshot of the board (one atomic Redis script): rank, score, neighbours,
+  total and `as_of` always belong together.
+* `as_of` is the time (ms since the epoch) the last window was applied; null if the board was never flushed.
+"""
+
+
+def connect(settings: ApiSettings) -> Redis:
+    """A bounded pool that waits briefly for a free connection and retries a broken one once (every read is
+    idempotent), so a Redis restart costs one reconnect, and a Redis outage a fast 503."""
+    timeout = settings.api_redis_timeout_s
+    pool = BlockingConnectionPool.from_url(
+        settings.redis,
+        max_connections=settings.api_redis_max_connections,
+        timeout=timeout,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 1),
+    )
+    return Redis.from_pool(pool)
+
+
+def create_app(settings: ApiSettings, redis: Redis | None = None) -> Starlette:
+    """``redis``: use this client (the caller owns and closes it) instead of connecting to ``settings.redis``."""
+    metrics = ApiMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        client = redis if redis is not None else connect(settings)
+        cache = PageCache(settings.api_cache_size, settings.api_cache_max_bytes)
+        app.state.reader = Reader(client, cache, metrics)
+        try:
+            yield
+        finally:
+            if redis is None:
+                await client.aclose()
+
+    app = Starlette(
+        routes=ROUTES,
+        middleware=[Middleware(EncodedSlashMiddleware), Middleware(MetricsMiddleware, metrics=metrics)],
+        exception_handlers=errors.handlers(settings.api_retry_after_s),
+        lifespan=lifespan,
+    )
+    app.state.openapi = orjson.dumps(document("hotboard read API", "1.0.0", DESCRIPTION))
+    return app

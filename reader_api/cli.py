@@ -1,0 +1,42 @@
+"""``hotboard api``: serve the read API with uvicorn (uvloop event loop, httptools parser)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import uvicorn
+
+from reader_api.app import create_app
+from reader_api.settings import ApiSettings
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("api", help="HTTP JSON read API over the Redis boards")
+    p.add_argument("--redis", help="Redis URL (HOTBOARD_REDIS, default redis://127.0.0.1:6379/0)")
+    p.add_argument("--host", dest="api_host", help="interface to bind (HOTBOARD_API_HOST, default 127.0.0.1)")
+    p.add_argument("--port", dest="api_port", type=int, help="port (HOTBOARD_API_PORT, default 8000)")
+    p.add_argument("--cache-size", dest="api_cache_size", type=int,
+                   help="cached top pages, 0 = off (HOTBOARD_API_CACHE_SIZE, default 1024)")  # fmt: skip
+    p.set_defaults(run=cmd_api)
+
+
+def settings_from(args: argparse.Namespace) -> ApiSettings:
+    names = ("redis", "api_host", "api_port", "api_cache_size")
+    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    return ApiSettings(**given)
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level=settings.api_log_level,
+        server_header=False,
+    )
+    return 0

@@ -1,0 +1,84 @@
+"""Every failure leaves as a small JSON body ``{"error", "message", "parameter"?}``, never a traceback.
+
+Redis being away is the client's problem to retry, not ours to crash on: any Redis error becomes a 503 with
+``Retry-After``. Parameter errors name the offending parameter so a client can fix its request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ExceptionHandler
+
+log = logging.getLogger("hotboard.api")
+
+JSON = "application/json"
+
+
+class ApiError(Exception):
+    """An expected failure with its HTTP status (unknown board or player, invalid parameter)."""
+
+    def __init__(self, status: int, code: str, message: str, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.parameter = parameter
+
+
+def not_found(what: str, message: str) -> ApiError:
+    return ApiError(404, f"{what}_not_found", message)
+
+
+def invalid(parameter: str, message: str) -> ApiError:
+    return ApiError(422, "invalid_parameter", f"{parameter}: {message}", parameter)
+
+
+def error_response(
+    status: int, code: str, message: str, parameter: str | None = None, headers: Mapping[str, str] | None = None
+) -> Response:
+    body: dict[str, str] = {"error": code, "message": message}
+    if parameter is not None:
+        body["parameter"] = parameter
+    return Response(orjson.dumps(body), status_code=status, media_type=JSON, headers=headers)
+
+
+def handlers(retry_after_s: int) -> dict[type[Exception], ExceptionHandler]:
+    unavailable_headers = {"Retry-After": str(retry_after_s)}
+
+    async def on_api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return error_response(exc.status, exc.code, exc.message, exc.parameter)
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+    async def on_redis(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
+            log.warning("redis unreachable: %s", exc)
+            return error_response(503, "redis_unavailable", "Redis is unreachable; retry later", None,
+                                  unavailable_headers)  # fmt: skip
+        log.error("redis error: %r", exc)
+        return error_response(503, "redis_error", "Redis could not answer; retry later", None, unavailable_headers)
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error on %s", request.url.path)
+        return error_response(500, "internal_error", "internal error")
+
+    return {
+        ApiError: on_api_error,
+        StarletteHTTPException: on_http,
+        RedisError: on_redis,
+        OSError: on_redis,
+        Exception: on_unexpected,
+    }

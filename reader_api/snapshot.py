@@ -1,0 +1,186 @@
+"""Atomic reads: every answer comes from one Lua script, so one snapshot of the board.
+
+The flusher applies a window (scores + ``version`` + ``as_of``) in one script; a read script runs between
+two of them, never during one. So rank, score, neighbours, total and meta returned by one call below always
+describe the same board state, which several separate commands (or a non-transactional pipeline) would not.
+All keys of a board share one hash tag, so the scripts also run unchanged on Redis Cluster.
+
+Every script answers ``{exists, total, version, as_of, ...}``; ``exists`` is 0 only when neither the sorted
+set nor the meta hash exist (an unknown board). Redis deletes an empty sorted set, so a board whose players
+all left is still "known" through its meta hash and answers with ``total`` 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from hotboard import keys
+
+_HEADER = f"""
+local total = redis.call('ZCARD', KEYS[1])
+local meta = redis.call('HMGET', KEYS[2], '{keys.META_VERSION}', '{keys.META_AS_OF}')
+local exists = 1
+if total == 0 then exists = redis.call('EXISTS', KEYS[2]) end
+"""
+
+#: ARGV: offset, limit, version the caller has cached ('' = none). Answers {2} when that version is current,
+#: so a cache hit costs one small round trip and a miss still costs only one.
+TOP_SCRIPT = f"""
+if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], '{keys.META_VERSION}') == ARGV[3] then return {{2}} end
+{_HEADER}
+local offset = tonumber(ARGV[1])
+local page = {{}}
+if offset < total then
+  page = redis.call('ZREVRANGE', KEYS[1], offset, offset + tonumber(ARGV[2]) - 1, 'WITHSCORES')
+end
+return {{exists, total, meta[1], meta[2], page}}
+"""
+
+#: ARGV: player. Adds {rank0, score} when the player is on the board.
+PLAYER_SCRIPT = f"""
+{_HEADER}
+local rank = redis.call('ZREVRANK', KEYS[1], ARGV[1])
+if not rank then return {{exists, total, meta[1], meta[2]}} end
+return {{exists, total, meta[1], meta[2], rank, redis.call('ZSCORE', KEYS[1], ARGV[1])}}
+"""
+
+#: ARGV: player, radius. Adds {first rank0, page} when the player is on the board.
+AROUND_SCRIPT = f"""
+{_HEADER}
+local rank = redis.call('ZREVRANK', KEYS[1], ARGV[1])
+if not rank then return {{exists, total, meta[1], meta[2]}} end
+local radius = tonumber(ARGV[2])
+local first = rank - radius
+if first < 0 then first = 0 end
+return {{exists, total, meta[1], meta[2], first, redis.call('ZREVRANGE', KEYS[1], first, rank + radius, 'WITHSCORES')}}
+"""
+
+#: ARGV: player ids. Adds two arrays parallel to ARGV: rank0 or nil, score or nil.
+PLAYERS_SCRIPT = f"""
+{_HEADER}
+local ranks, scores = {{}}, {{}}
+for i = 1, #ARGV do
+  local rank = redis.call('ZREVRANK', KEYS[1], ARGV[i])
+  ranks[i] = rank or false
+  scores[i] = rank and redis.call('ZSCORE', KEYS[1], ARGV[i]) or false
+end
+return {{exists, total, meta[1], meta[2], ranks, scores}}
+"""
+
+#: Largest offset worth sending: no sorted set holds more members, and Lua numbers stay exact below it.
+MAX_OFFSET = 2**53
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    rank: int
+    player: str
+    score: int
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    exists: bool
+    total: int
+    version: int | None
+    as_of: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    header: Header
+    entries: list[Entry]
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerView:
+    header: Header
+    entry: Entry | None
+
+
+@dataclass(frozen=True, slots=True)
+class Around:
+    header: Header
+    #: None when the player is not on the board.
+    entries: list[Entry] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Friends:
+    header: Header
+    entries: list[Entry]
+    missing: list[str]
+
+
+def parse_score(raw: bytes | str) -> int:
+    """Scores are exact integers stored as doubles; Redis prints them as integers below 1e17."""
+    try:
+        return int(raw)
+    except ValueError:
+        return int(float(raw))
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+
+def _optional_int(raw: bytes | str | None) -> int | None:
+    return None if raw is None else int(raw)
+
+
+def parse_header(reply: Sequence[Any]) -> Header:
+    return Header(bool(reply[0]), int(reply[1]), _optional_int(reply[2]), _optional_int(reply[3]))
+
+
+def parse_page(first_rank0: int, flat: Sequence[bytes | str]) -> list[Entry]:
+    """``ZREVRANGE ... WITHSCORES`` (member, score, member, score...) -> entries with 1-based ranks."""
+    return [Entry(first_rank0 + i + 1, _text(flat[2 * i]), parse_score(flat[2 * i + 1])) for i in range(len(flat) // 2)]
+
+
+class Snapshots:
+    """The four read questions, each one EVALSHA (redis-py loads the script again after a Redis restart)."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._top = redis.register_script(TOP_SCRIPT)
+        self._player = redis.register_script(PLAYER_SCRIPT)
+        self._around = redis.register_script(AROUND_SCRIPT)
+        self._players = redis.register_script(PLAYERS_SCRIPT)
+
+    @staticmethod
+    def _keys(board: str) -> list[str]:
+        return [keys.board_key(board), keys.meta_key(board)]
+
+    async def top(self, board: str, offset: int, limit: int, cached_version: int | None = None) -> Page | None:
+        """A page of the board, or None when ``cached_version`` is still the board's version."""
+        known = "" if cached_version is None else str(cached_version)
+        reply = await self._top(keys=self._keys(board), args=[min(offset, MAX_OFFSET), limit, known])
+        if int(reply[0]) == 2:
+            return None
+        return Page(parse_header(reply), parse_page(offset, reply[4]))
+
+    async def player(self, board: str, player: str) -> PlayerView:
+        reply = await self._player(keys=self._keys(board), args=[player])
+        entry = Entry(int(reply[4]) + 1, player, parse_score(reply[5])) if len(reply) > 4 else None
+        return PlayerView(parse_header(reply), entry)
+
+    async def around(self, board: str, player: str, radius: int) -> Around:
+        reply = await self._around(keys=self._keys(board), args=[player, radius])
+        entries = parse_page(int(reply[4]), reply[5]) if len(reply) > 4 else None
+        return Around(parse_header(reply), entries)
+
+    async def players(self, board: str, ids: Sequence[str]) -> Friends:
+        """The given players sorted by rank; ids not on the board under ``missing`` (in the order asked)."""
+        reply = await self._players(keys=self._keys(board), args=list(ids))
+        found: list[Entry] = []
+        missing: list[str] = []
+        for player, rank, score in zip(ids, reply[4], reply[5], strict=True):
+            if rank is None:
+                missing.append(player)
+            else:
+                found.append(Entry(int(rank) + 1, player, parse_score(score)))
+        found.sort(key=lambda e: e.rank)
+        return Friends(parse_header(reply), found, missing)

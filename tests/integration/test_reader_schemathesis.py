@@ -1,0 +1,69 @@
+"""Fuzz the OpenAPI contract of a real ``hotboard api`` process: valid and invalid inputs, never a 5xx,
+and every answer conforms to the documented status codes, content types and schemas."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import Case, GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from hotboard import keys
+from tests.integration.conftest_reader import api_process
+
+pytestmark = pytest.mark.integration
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+EXAMPLES_PER_MODE = 40
+BUDGET_S = 60.0
+
+
+@pytest.fixture
+def api_base(redis_url: str, tmp_path: Path) -> Iterator[str]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.zadd(keys.board_key("global"), {"a": 3, "b": 2, "x y": 2, "a:b.c-d": -1})
+        client.hset(keys.meta_key("global"), mapping={keys.META_VERSION: 1, keys.META_AS_OF: 1})
+    finally:
+        client.close()
+    with api_process(redis_url, tmp_path) as base:
+        yield base
+
+
+def test_openapi_contract_has_no_server_errors(api_base: str) -> None:
+    schema = schemathesis.openapi.from_url(f"{api_base}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 6
+    strategy = st.one_of([op.as_strategy(generation_mode=mode) for op in operations for mode in GenerationMode])
+    deadline = time.monotonic() + BUDGET_S
+    statuses: list[int] = []
+
+    @given(case=strategy)
+    @settings(
+        max_examples=EXAMPLES_PER_MODE * len(operations),
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    def fuzz(case: Case) -> None:
+        if time.monotonic() > deadline:
+            return
+        response = case.call_and_validate(base_url=api_base, checks=CHECKS, timeout=5)
+        statuses.append(response.status_code)
+
+    fuzz()
+    print(f"schemathesis: {len(statuses)} calls, statuses {sorted(set(statuses))}")
+    assert len(statuses) > 50
+    assert {200, 404, 422} <= set(statuses), "the fuzzer reached neither answers nor rejections"

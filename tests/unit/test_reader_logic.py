@@ -1,0 +1,141 @@
+"""Pure logic of the read API: parameter rules, path decoding, reply parsing, response shapes, the cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from reader_api import shaping
+from reader_api.cache import PageCache
+from reader_api.errors import ApiError
+from reader_api.metrics import UNMATCHED, ApiMetrics, route_template
+from reader_api.openapi import document
+from reader_api.params import ENCODED_SLASH, MAX_IDS, check_board, check_player, ids_param, int_param, parse_ids
+from reader_api.paths import rewrite
+from reader_api.snapshot import Around, Entry, Friends, Header, Page, PlayerView, parse_page, parse_score
+
+KNOWN = Header(exists=True, total=3, version=7, as_of=1234)
+UNKNOWN = Header(exists=False, total=0, version=None, as_of=None)
+
+
+def raises(status: int, parameter: str | None = None) -> pytest.RaisesExc[ApiError]:
+    return pytest.raises(ApiError, check=lambda e: e.status == status and e.parameter == parameter)
+
+
+@pytest.mark.parametrize("board", ["global", "a:b.c-d_9", "x" * 64])
+def test_valid_boards(board: str) -> None:
+    assert check_board(board) == board
+
+
+@pytest.mark.parametrize("board", ["", "x" * 65, "a b", "a/b", "é", "a\x1fb"])
+def test_invalid_boards(board: str) -> None:
+    with raises(422, "board"):
+        check_board(board)
+
+
+def test_players_follow_the_event_contract() -> None:
+    assert check_player("x y") == "x y"
+    assert check_player(f"a{ENCODED_SLASH}b") == "a/b"
+    assert check_player("p" * 128) == "p" * 128
+    for bad in ("", "p" * 129, "a\nb", "a\x00", "\x9f"):
+        with raises(422, "player"):
+            check_player(bad)
+
+
+def test_parse_ids() -> None:
+    assert parse_ids("a,b,a,x y") == ["a", "b", "x y"]
+    assert parse_ids(",".join(f"p{i}" for i in range(MAX_IDS))) == [f"p{i}" for i in range(MAX_IDS)]
+    for bad in ("", "a,,b", "a,", ",".join(f"p{i}" for i in range(MAX_IDS + 1)), "a\tb"):
+        with raises(422, "ids"):
+            parse_ids(bad)
+
+
+def test_encoded_slash_stays_inside_its_segment() -> None:
+    assert rewrite(b"/v1/boards/b/players/a%2Fb/around") == f"/v1/boards/b/players/a{ENCODED_SLASH}b/around"
+    assert rewrite(b"/v1/boards/b/players/x%20y%2f?q=1") == f"/v1/boards/b/players/x y{ENCODED_SLASH}"
+    # A real \x1f must not alias "/": it becomes NUL, which no valid id contains.
+    assert rewrite(b"/v1/boards/b/players/a%1Fb") == "/v1/boards/b/players/a\x00b"
+
+
+def test_scores_and_pages() -> None:
+    assert parse_score(b"-42") == -42
+    assert parse_score(b"9007199254740991") == 2**53 - 1
+    assert parse_score(b"1e+17") == 10**17
+    assert parse_page(10, [b"a", b"5", "b", "-1"]) == [Entry(11, "a", 5), Entry(12, "b", -1)]
+
+
+def test_shapes() -> None:
+    page = Page(KNOWN, [Entry(1, "a", 5)])
+    assert shaping.top("g", page) == {
+        "board": "g", "total": 3, "entries": [{"rank": 1, "player": "a", "score": 5}], "as_of": 1234,
+    }  # fmt: skip
+    assert shaping.player("g", "a", PlayerView(KNOWN, Entry(2, "a", 1))) == {
+        "board": "g", "player": "a", "rank": 2, "score": 1, "total": 3, "as_of": 1234,
+    }  # fmt: skip
+    near = shaping.around("g", "a", Around(KNOWN, [Entry(1, "b", 9), Entry(2, "a", 1)]))
+    assert near["player"] == "a" and [e["rank"] for e in near["entries"]] == [1, 2]
+    friends = shaping.players("g", Friends(KNOWN, [Entry(1, "b", 9)], ["zz"]))
+    assert friends["missing"] == ["zz"] and friends["total"] == 3
+
+
+def test_unknown_board_and_player_are_404() -> None:
+    with raises(404):
+        shaping.top("g", Page(UNKNOWN, []))
+    with raises(404):
+        shaping.player("g", "a", PlayerView(KNOWN, None))
+    with raises(404):
+        shaping.around("g", "a", Around(KNOWN, None))
+    with raises(404):
+        shaping.players("g", Friends(UNKNOWN, [], ["a"]))
+    # A known but empty board (meta only) answers, with total 0.
+    assert shaping.top("g", Page(Header(True, 0, 1, 5), []))["entries"] == []
+
+
+def test_integer_parameters() -> None:
+    assert int_param({}, "limit") == 100 and int_param({}, "radius") == 5 and int_param({}, "offset") == 0
+    assert int_param({"limit": "1000"}, "limit") == 1000
+    assert int_param({"offset": "+7"}, "offset") == 7
+    assert int_param({"offset": "9" * 30}, "offset") == int("9" * 30)
+    for name, raw in [("limit", "0"), ("limit", "1001"), ("limit", "1_0"), ("limit", " 10"), ("limit", "1.5"),
+                      ("offset", "-1"), ("radius", "101"), ("radius", ""), ("radius", "x")]:  # fmt: skip
+        with raises(422, name):
+            int_param({name: raw}, name)
+    with raises(422, "ids"):
+        ids_param({})
+
+
+def test_openapi_document_covers_every_endpoint() -> None:
+    doc = document("t", "1", "d")
+    assert set(doc["paths"]) == {
+        "/v1/boards/{board}/top", "/v1/boards/{board}/players/{player}",
+        "/v1/boards/{board}/players/{player}/around", "/v1/boards/{board}/players", "/healthz", "/readyz",
+    }  # fmt: skip
+    limit = doc["paths"]["/v1/boards/{board}/top"]["get"]["parameters"][1]
+    assert limit["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
+    assert {"TopPage", "Entry", "ErrorBody"} <= set(doc["components"]["schemas"])
+
+
+def test_cache_is_a_bounded_lru() -> None:
+    cache = PageCache(max_entries=2, max_bytes=100)
+    cache.put(("g", 0, 1), 1, b"a" * 10)
+    cache.put(("g", 0, 2), 1, b"b" * 10)
+    assert cache.get(("g", 0, 1)) is not None  # now most recent
+    cache.put(("g", 0, 3), 1, b"c" * 10)
+    assert cache.get(("g", 0, 2)) is None and cache.size == 2
+    cache.put(("g", 0, 4), 2, b"d" * 95)
+    assert cache.size == 1 and cache.total_bytes == 95
+    cache.put(("g", 0, 5), 2, b"e" * 101)  # larger than the whole cache: not kept
+    assert cache.get(("g", 0, 5)) is None
+    cache.put(("g", 0, 4), 3, b"f")
+    page = cache.get(("g", 0, 4))
+    assert page is not None and page.version == 3 and cache.total_bytes == 1
+    assert not PageCache(0, 100).enabled
+
+
+def test_metric_labels_are_bounded() -> None:
+    metrics = ApiMetrics()
+    metrics.observe("/v1/boards/{board}/top", "BREW", 200, 0.001)
+    sample = metrics.registry.get_sample_value(
+        "hotboard_api_requests_total", {"route": "/v1/boards/{board}/top", "method": "other", "status": "200"}
+    )
+    assert sample == 1.0
+    assert route_template({"type": "http"}) == UNMATCHED
