@@ -251,53 +251,42 @@ class Worker:
     # ---------------------------------------------------------------- fold (hot path: no awaits in here)
 
     def _fold(self, batch: dict[TopicPartition, list[Any]]) -> None:
-        decode = self._decoder.fields
+        decoder = self._decoder
         applied = invalid = duplicate = 0
         for tp, records in batch.items():
             state = self._parts.get(tp.partition)
             if state is None or not state.ready or not records:
                 continue  # not ours (any more) or not positioned yet: these records are fetched again
             fold = self._active.fold_for(tp.partition)
-            guard = state.next_offset
-            replay_until = state.replay_until
-            watermarks = state.watermarks
-            boards = fold.boards
-            entries = events = 0
-            last = -1
-            for record in records:
-                offset = record.offset
-                if offset < guard:
-                    continue
-                last = offset
+            dead_before = len(fold.dead)
+            i, n = 0, len(records)
+            while i < n and records[i].offset < state.next_offset:
+                i += 1  # re-delivered after a seek: folded already
+            if i == n:
+                continue
+            # Replay right after (re)positioning: each event is checked against its own board's watermark.
+            watermarks, replay_until = state.watermarks, state.replay_until
+            while i < n and records[i].offset <= replay_until:
+                record = records[i]
+                i += 1
                 try:
-                    board, player, delta, ts = decode(record.value)
+                    board, player, delta, ts = decoder.fields(record.value)
                 except InvalidEvent as exc:
                     fold.dead.append((record, exc))
-                    invalid += 1
                     continue
-                if offset <= replay_until and offset <= watermarks.get(board, NO_WATERMARK):
+                if record.offset <= watermarks.get(board, NO_WATERMARK):
                     duplicate += 1
                     continue
-                deltas = boards.get(board)
-                if deltas is None:
-                    boards[board] = {player: delta}
-                    entries += 1
-                else:
-                    old = deltas.get(player)
-                    if old is None:
-                        deltas[player] = delta
-                        entries += 1
-                    else:
-                        deltas[player] = old + delta
+                fold.add(board, player, delta)
                 if ts is not None:
                     fold.note_ts(ts)
-                events += 1
-            if last >= 0:
-                fold.last_offset = last
-                fold.entries += entries
-                fold.events += events
-                state.next_offset = last + 1
-                applied += events
+                applied += 1
+            # Steady state: past every watermark.
+            if i < n:
+                applied += fold.fold_batch(records[i:] if i else records, decoder)
+            fold.last_offset = records[-1].offset
+            state.next_offset = fold.last_offset + 1
+            invalid += len(fold.dead) - dead_before
         m = self.metrics
         m.events.labels("applied").inc(applied)
         m.events.labels("invalid").inc(invalid)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from types import SimpleNamespace
 
 import pytest
 
+from ingest.codec import Decoder, InvalidEvent
 from ingest.window import BoardBatch, PartitionFold, Window
 from ingest.worker import resume_offset
 
@@ -101,3 +103,55 @@ def test_empty_window_and_timestamps() -> None:
 )
 def test_resume_after_the_lowest_watermark(watermarks: dict[str, int], expected: int | None) -> None:
     assert resume_offset(watermarks) == expected
+
+
+def _records(values: list[bytes | None]) -> list[SimpleNamespace]:
+    return [SimpleNamespace(offset=i, value=v) for i, v in enumerate(values)]
+
+
+def test_fold_batch_agrees_with_the_codec_on_every_input() -> None:
+    """The fast path may only accept what the codec accepts, with the same fields; the rest is dead-lettered
+    with the codec's reason."""
+    rng = random.Random(5)
+    templates: list[bytes | None] = [
+        b'{"player": "p-%d", "delta": %d}',
+        b'{"board": "b%d", "player": "x", "delta": %d}',
+        b'{"player": "p-%d", "delta": %d, "ts": 1700000000000}',
+        b'{"player": "p-%d\\u2028", "delta": %d}',
+        b'{"player": "p-%d\\u0007", "delta": %d}',
+        b'{"player": "p-%d", "delta": %d, "op": "set"}',
+        b'{"player": "p-%d", "delta": "%d"}',
+        b'{"player": "p-%d", "delta": %d.5}',
+        b'{"player": "p-%d", "delta": %d, "ts": -1}',
+        b'{"board": "bad board %d", "player": "x", "delta": %d}',
+        b"[%d, %d]",
+        b"not json %d %d",
+        None,
+    ]
+    values: list[bytes | None] = []
+    for _ in range(3000):
+        t = rng.choice(templates)
+        values.append(None if t is None else t % (rng.randrange(5), rng.randint(-9, 9)))
+    values.append(b'{"player": "p", "delta": 1, "pad": "' + b"x" * 65_536 + b'"}')
+    fold = PartitionFold()
+    decoder = Decoder()
+    decoder.known_boards.add("global")
+    folded = fold.fold_batch(_records(values), decoder)
+
+    reference: defaultdict[tuple[str, str], int] = defaultdict(int)
+    reasons: list[str] = []
+    ref_decoder = Decoder()
+    for v in values:
+        try:
+            board, player, delta, _ = ref_decoder.fields(v)
+        except InvalidEvent as exc:
+            reasons.append(exc.reason.value)
+            continue
+        reference[board, player] += delta
+    got = {(board, player): d for board, deltas in fold.boards.items() for player, d in deltas.items()}
+    assert got == dict(reference)
+    assert folded == len(values) - len(reasons) == fold.events
+    assert [exc.reason.value for _, exc in fold.dead] == reasons
+    assert fold.entries == len(reference)
+    assert fold.last_offset == len(values) - 1
+    assert fold.min_ts_ms == fold.max_ts_ms == 1700000000000
