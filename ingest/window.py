@@ -64,6 +64,7 @@ class PartitionFold:
         slow = decoder.fields
         loads = orjson.loads
         dead = self.dead
+        max_bytes, max_chars, max_delta, default_board = MAX_VALUE_BYTES, PLAYER_MAX_CHARS, MAX_ABS_DELTA, DEFAULT_BOARD
         before = sum(map(len, boards.values()))
         lo = hi = None
         folded = 0
@@ -71,25 +72,23 @@ class PartitionFold:
             value = record.value
             try:
                 obj = loads(value)
-            except (ValueError, TypeError):  # not JSON, or no value at all: the slow path names why
-                obj = None
-            ts = None
-            if type(obj) is dict and "op" not in obj and len(value) <= MAX_VALUE_BYTES:
-                get: Any = obj.get
-                board = get("board", DEFAULT_BOARD)
-                player = get("player")
-                delta = get("delta")
+                player = obj["player"]
+                delta = obj["delta"]
+                get = obj.get
+                board = get("board", default_board)
                 ts = get("ts")
                 fast = (
-                    board in known
-                    and type(player) is str
-                    and 0 < len(player) <= PLAYER_MAX_CHARS
-                    and player.isprintable()
+                    "op" not in obj
+                    and board in known
+                    and 0 < len(player) <= max_chars
+                    and player.isprintable()  # AttributeError unless a str
                     and type(delta) is int  # exact: bool is an int subclass; floats would make totals inexact
-                    and -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA
+                    and -max_delta <= delta <= max_delta
                     and (ts is None or (type(ts) is int and ts >= 0))
+                    and len(value) <= max_bytes
                 )
-            else:
+            except (ValueError, TypeError, KeyError, AttributeError):
+                # not JSON, no value, not an object, a field missing or of the wrong type: the slow path says why
                 fast = False
             if not fast:
                 try:
@@ -211,7 +210,9 @@ class Window:
                 if len(batch.offsets) == 1:
                     batch.deltas = dict(batch.deltas)  # never mutate a partition's own dict
                 merged = batch.deltas
-                for player, delta in deltas.items():
-                    merged[player] = merged.get(player, 0) + delta
+                # Usually disjoint (one player, one partition): C-speed update, Python only for the overlap.
+                summed = {player: merged[player] + deltas[player] for player in merged.keys() & deltas.keys()}
+                merged.update(deltas)
+                merged.update(summed)
                 batch.offsets[partition] = fold.last_offset
         return list(out.values())
