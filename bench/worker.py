@@ -397,8 +397,8 @@ async def exact(redis: Redis, pre: Preload) -> tuple[bool, str]:
     want = pre.totals()
     bad = []
     for board, expected in want.items():
-        rows: list[tuple[bytes, float]] = await redis.zrange(keys.board_key(board), 0, -1, withscores=True)
-        got = {m.decode(): int(s) for m, s in rows}
+        rows: list[Any] = await redis.zrange(keys.board_key(board), 0, -1, withscores=True)
+        got = {bytes(m).decode(): int(s) for m, s in rows}
         if got != expected:
             diff = sum(1 for p in set(got) | set(expected) if got.get(p) != expected.get(p))
             bad.append(f"{board}: {diff} players differ")
