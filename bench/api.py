@@ -29,7 +29,7 @@ from typing import Any
 import redis
 
 from hotboard import keys
-from hotboard.devstack import LOOPBACK, RedisServer, free_port, port_open
+from hotboard.devstack import LOOPBACK, RedisServer, free_port, port_open, stop_process
 
 BOARD = "bench"
 FILL_CHUNK = 100_000
@@ -212,12 +212,7 @@ def start_api(redis_url: str, log: Path, cache_size: int) -> tuple[subprocess.Po
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc)
 
 
 def row(name: str, api: dict[str, Any], direct: dict[str, Any] | None) -> str:

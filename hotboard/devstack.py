@@ -67,6 +67,18 @@ def redis_server_binary() -> str:
     return found
 
 
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> int:
+    """SIGTERM, wait, SIGKILL if it lingers; returns the exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class _Process:
     """A child server process on loopback with a readiness probe."""
 
@@ -105,15 +117,8 @@ class _Process:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM (Redis fsyncs its AOF on the way down), then SIGKILL if it lingers."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, timeout_s)
         self.proc = None
 
     def kill(self) -> None:

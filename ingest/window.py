@@ -120,29 +120,6 @@ class PartitionFold:
         if self.max_ts_ms is None or ts_ms > self.max_ts_ms:
             self.max_ts_ms = ts_ms
 
-    def absorb(self, newer: PartitionFold) -> None:
-        """Fold a later window of the same partition into this one (retry after a failed flush)."""
-        for board, deltas in newer.boards.items():
-            mine = self.boards.get(board)
-            if mine is None:
-                self.boards[board] = deltas
-                self.entries += len(deltas)
-                continue
-            for player, delta in deltas.items():
-                old = mine.get(player)
-                if old is None:
-                    mine[player] = delta
-                    self.entries += 1
-                else:
-                    mine[player] = old + delta
-        self.events += newer.events
-        self.dead.extend(newer.dead)
-        if newer.last_offset > self.last_offset:
-            self.last_offset = newer.last_offset
-        for ts in (newer.min_ts_ms, newer.max_ts_ms):
-            if ts is not None:
-                self.note_ts(ts)
-
 
 @dataclass(slots=True)
 class BoardBatch:
@@ -177,14 +154,6 @@ class Window:
 
     def is_empty(self) -> bool:
         return all(fold.last_offset < 0 for fold in self.parts.values())
-
-    def absorb(self, newer: Window) -> None:
-        for partition, fold in newer.parts.items():
-            mine = self.parts.get(partition)
-            if mine is None:
-                self.parts[partition] = fold
-            else:
-                mine.absorb(fold)
 
     def dead_letters(self) -> list[tuple[Any, Any]]:
         return [letter for fold in self.parts.values() for letter in fold.dead]

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 from fastapi import FastAPI
 
-from hotboard.devstack import LOOPBACK, free_port
+from hotboard.devstack import LOOPBACK, free_port, stop_process
 
 
 def reference_ranking(scores: Mapping[str, int]) -> list[tuple[int, str, int]]:
@@ -56,9 +56,4 @@ def api_process(redis_url: str, log_dir: Path, *extra: str, timeout_s: float = 2
             time.sleep(0.05)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)

@@ -32,7 +32,7 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from hotboard.devstack import free_port
+from hotboard.devstack import free_port, stop_process
 from hotboard.keys import board_key
 from hotboard.loadgen import generate, publish
 from hotboard.settings import WorkerSettings
@@ -257,12 +257,7 @@ def prometheus(tmp: Path, jobs: dict[str, list[str]]) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 15)
 
 
 async def instant(client: httpx.AsyncClient, expr: str) -> list[dict[str, Any]]:

@@ -46,21 +46,6 @@ def test_merge_across_partitions_sums_and_names_every_partition() -> None:
     assert w.parts[0].boards["g"] == {"a": 1}
 
 
-def test_absorb_is_the_same_as_folding_everything_at_once() -> None:
-    rng = random.Random(3)
-    events = [(rng.randrange(3), rng.choice("gs"), f"p{rng.randrange(20)}", rng.randint(-5, 9)) for _ in range(500)]
-    one, first, second = Window(), Window(), Window()
-    for i, (p, board, player, delta) in enumerate(events):
-        _fold(one, p, i, board, player, delta)
-        _fold(first if i < 250 else second, p, i, board, player, delta)
-    first.absorb(second)
-    assert {b.board: (b.deltas, b.offsets) for b in first.batches()} == {
-        b.board: (b.deltas, b.offsets) for b in one.batches()
-    }
-    assert first.entries == one.entries
-    assert first.events == one.events
-
-
 def test_totals_match_reference_for_random_streams() -> None:
     rng = random.Random(9)
     w = Window()
@@ -91,10 +76,6 @@ def test_empty_window_and_timestamps() -> None:
     fold.note_ts(3)
     fold.note_ts(9)
     assert (fold.min_ts_ms, fold.max_ts_ms) == (3, 9)
-    other = PartitionFold()
-    other.note_ts(1)
-    fold.absorb(other)
-    assert fold.min_ts_ms == 1
 
 
 @pytest.mark.parametrize(
