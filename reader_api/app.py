@@ -16,6 +16,7 @@ from starlette.middleware import Middleware
 
 from reader_api import errors
 from reader_api.cache import PageCache
+from reader_api.fastpath import FastPath
 from reader_api.metrics import ApiMetrics, MetricsMiddleware
 from reader_api.openapi import document
 from reader_api.paths import EncodedSlashMiddleware
@@ -65,7 +66,11 @@ def create_app(settings: ApiSettings, redis: Redis | None = None) -> Starlette:
 
     app = Starlette(
         routes=ROUTES,
-        middleware=[Middleware(EncodedSlashMiddleware), Middleware(MetricsMiddleware, metrics=metrics)],
+        middleware=[
+            Middleware(FastPath, metrics=metrics),
+            Middleware(EncodedSlashMiddleware),
+            Middleware(MetricsMiddleware, metrics=metrics),
+        ],
         exception_handlers=errors.handlers(settings.api_retry_after_s),
         lifespan=lifespan,
     )

@@ -1,0 +1,96 @@
+"""The hot questions on plain requests, answered without Starlette's routing and middleware stack.
+
+A py-spy profile of ``hotboard api`` under load put request/response objects, routing and the middleware
+chain at about a third of the CPU of a rank request. Rank, around-me and top pages are most of the traffic,
+so for them this front door parses the path and query itself, asks the same :class:`~reader_api.service.Reader`
+and writes the same bytes. It only ever answers the happy path: anything unusual — another route, a
+percent-encoded path, a query it does not fully understand, a parameter that does not validate, a 404, a
+Redis error — is handed unchanged to the full app, which answers it the one documented way. Every request
+here is a read, so handing one over after a failed attempt is safe.
+"""
+
+from __future__ import annotations
+
+import time
+
+from redis.exceptions import RedisError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from reader_api.errors import JSON, ApiError
+from reader_api.metrics import ApiMetrics
+from reader_api.params import check_board, check_player, int_param
+from reader_api.service import Reader
+
+TOP = "/v1/boards/{board}/top"
+PLAYER = "/v1/boards/{board}/players/{player}"
+AROUND = "/v1/boards/{board}/players/{player}/around"
+#: Query parameters each fast route understands; any other key sends the request to the full app.
+QUERY_KEYS = {TOP: frozenset({"limit", "offset"}), PLAYER: frozenset(), AROUND: frozenset({"radius"})}
+_HEADERS = [(b"content-type", JSON.encode())]
+
+
+def match(path: str) -> tuple[str, list[str]] | None:
+    """``/v1/boards/g/players/p/around`` -> (AROUND, ["g", "p"]); None for anything else."""
+    parts = path.split("/")
+    n = len(parts)
+    if n < 5 or parts[1] != "v1" or parts[2] != "boards":
+        return None
+    if n == 5 and parts[4] == "top":
+        return TOP, [parts[3]]
+    if n == 6 and parts[4] == "players":
+        return PLAYER, [parts[3], parts[5]]
+    if n == 7 and parts[4] == "players" and parts[6] == "around":
+        return AROUND, [parts[3], parts[5]]
+    return None
+
+
+def simple_query(raw: bytes, allowed: frozenset[str]) -> dict[str, str] | None:
+    """``limit=10&offset=0`` -> dict; None when the query needs the general parser (escapes, repeats,
+    unknown or blank keys), so both paths always read a query the same way."""
+    if not raw:
+        return {}
+    if b"%" in raw or b"+" in raw or b";" in raw:
+        return None
+    query: dict[str, str] = {}
+    for pair in raw.decode("ascii", "replace").split("&"):
+        key, sep, value = pair.partition("=")
+        if not sep or key not in allowed or key in query:
+            return None
+        query[key] = value
+    return query
+
+
+class FastPath:
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and b"%" not in scope.get("raw_path", b"%"):
+            found = match(scope["path"])
+            if found is not None:
+                started = time.perf_counter()
+                body = await self._answer(scope, *found)
+                if body is not None:
+                    headers = [*_HEADERS, (b"content-length", str(len(body)).encode())]
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                    await send({"type": "http.response.body", "body": body})
+                    self.metrics.observe(found[0], "GET", 200, time.perf_counter() - started)
+                    return
+        await self.app(scope, receive, send)
+
+    async def _answer(self, scope: Scope, route: str, params: list[str]) -> bytes | None:
+        query = simple_query(scope["query_string"], QUERY_KEYS[route])
+        if query is None:
+            return None
+        reader: Reader = scope["app"].state.reader
+        try:
+            board = check_board(params[0])
+            if route == TOP:
+                return await reader.top(board, int_param(query, "offset"), int_param(query, "limit"))
+            player = check_player(params[1])
+            if route == PLAYER:
+                return await reader.player(board, player)
+            return await reader.around(board, player, int_param(query, "radius"))
+        except (ApiError, RedisError):
+            return None  # the full app answers it: 404, 422 or 503, with the documented body

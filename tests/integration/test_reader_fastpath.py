@@ -1,0 +1,55 @@
+"""Fast path and full app give the same answers: each request is asked once plainly (fast path) and once
+with a harmless percent-escape (which the fast path hands to the full app)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from hotboard import keys
+from reader_api.app import create_app
+from reader_api.settings import ApiSettings
+from tests.integration.conftest_reader import asgi_client
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with asgi_client(create_app(ApiSettings(redis=redis_url))) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("plain", "escaped"),
+    [
+        ("/v1/boards/g/top?limit=3&offset=1", "/v1/boards/%67/top?limit=3&offset=1"),
+        ("/v1/boards/g/top", "/v1/boards/g/top?limit=%3100"),
+        ("/v1/boards/g/players/p-7", "/v1/boards/g/players/p%2D7"),
+        ("/v1/boards/g/players/p-7/around?radius=2", "/v1/boards/g/players/p%2D7/around?radius=2"),
+        ("/v1/boards/g/players/nobody", "/v1/boards/g/players/nob%6Fdy"),
+        ("/v1/boards/g/top?limit=0", "/v1/boards/g/top?limit=%30"),
+        ("/v1/boards/none/top", "/v1/boards/n%6Fne/top"),
+        ("/v1/boards/g/players/p-7/around?radius=101", "/v1/boards/g/players/p%2D7/around?radius=101"),
+    ],
+)
+async def test_both_paths_answer_alike(
+    client: httpx.AsyncClient, redis_client: Redis, plain: str, escaped: str
+) -> None:
+    await redis_client.zadd(keys.board_key("g"), {f"p-{i}": i * 10 for i in range(20)})
+    await redis_client.hset(keys.meta_key("g"), mapping={keys.META_VERSION: 1, keys.META_AS_OF: 1_700_000_000_000})
+    fast, full = await client.get(plain), await client.get(escaped)
+    assert (fast.status_code, fast.json()) == (full.status_code, full.json())
+    assert fast.headers["content-type"] == full.headers["content-type"]
+
+
+async def test_fast_answers_are_counted_by_route_template(client: httpx.AsyncClient, redis_client: Redis) -> None:
+    await redis_client.zadd(keys.board_key("g"), {"a": 1})
+    assert (await client.get("/v1/boards/g/players/a")).status_code == 200
+    body = (await client.get("/metrics")).text
+    assert (
+        'hotboard_api_requests_total{method="GET",route="/v1/boards/{board}/players/{player}",status="200"} 1.0' in body
+    )
