@@ -8,6 +8,7 @@ sorted-set write per distinct board-player pair, plus the board's watermark and 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,11 +23,16 @@ from ingest.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoder, InvalidEvent
 BOOKKEEPING_WRITES_PER_BOARD = 3
 
 
+def _player_deltas() -> defaultdict[str, int]:
+    return defaultdict(int)
+
+
 @dataclass(slots=True)
 class PartitionFold:
     """Pending deltas of one partition since its last successful flush."""
 
-    boards: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: board -> player -> summed delta; missing keys read as 0, so the hot loop is one ``+=``.
+    boards: defaultdict[str, defaultdict[str, int]] = field(default_factory=lambda: defaultdict(_player_deltas))
     #: Last offset folded (valid, invalid or skipped alike); -1 when nothing was folded yet.
     last_offset: int = -1
     entries: int = 0
@@ -38,17 +44,10 @@ class PartitionFold:
     dead: list[tuple[Any, Any]] = field(default_factory=list)
 
     def add(self, board: str, player: str, delta: int) -> None:
-        deltas = self.boards.get(board)
-        if deltas is None:
-            self.boards[board] = {player: delta}
+        deltas = self.boards[board]
+        if player not in deltas:
             self.entries += 1
-        else:
-            old = deltas.get(player)
-            if old is None:
-                deltas[player] = delta
-                self.entries += 1
-            else:
-                deltas[player] = old + delta
+        deltas[player] += delta
         self.events += 1
 
     def fold_batch(self, records: Sequence[Any], decoder: Decoder) -> int:
@@ -64,27 +63,27 @@ class PartitionFold:
         slow = decoder.fields
         loads = orjson.loads
         dead = self.dead
-        max_bytes, max_chars, max_delta, default_board = MAX_VALUE_BYTES, PLAYER_MAX_CHARS, MAX_ABS_DELTA, DEFAULT_BOARD
+        dead_before = len(dead)
+        max_bytes, max_chars, default_board = MAX_VALUE_BYTES, PLAYER_MAX_CHARS, DEFAULT_BOARD
+        min_delta, max_delta = -MAX_ABS_DELTA, MAX_ABS_DELTA
         before = sum(map(len, boards.values()))
-        lo = hi = None
-        folded = 0
+        last_ts = None
         for record in records:
             value = record.value
             try:
                 obj = loads(value)
                 player = obj["player"]
                 delta = obj["delta"]
-                get = obj.get
-                board = get("board", default_board)
-                ts = get("ts")
+                board = obj.get("board", default_board)
+                ts = obj.get("ts")
                 fast = (
                     "op" not in obj
                     and board in known
                     and 0 < len(player) <= max_chars
                     and player.isprintable()  # AttributeError unless a str
                     and type(delta) is int  # exact: bool is an int subclass; floats would make totals inexact
-                    and -max_delta <= delta <= max_delta
-                    and (ts is None or (type(ts) is int and ts >= 0))
+                    and min_delta <= delta <= max_delta
+                    and ((type(ts) is int and ts >= 0) or ts is None)
                     and len(value) <= max_bytes
                 )
             except (ValueError, TypeError, KeyError, AttributeError):
@@ -96,22 +95,26 @@ class PartitionFold:
                 except InvalidEvent as exc:
                     dead.append((record, exc))
                     continue
-            deltas = boards.get(board)
-            if deltas is None:
-                deltas = boards[board] = {}
-            deltas[player] = deltas.get(player, 0) + delta
-            if ts is not None:
-                if lo is None or ts < lo:
-                    lo = ts
-                if hi is None or ts > hi:
-                    hi = ts
-            folded += 1
+            boards[board][player] += delta
+            last_ts = ts
+        folded = len(records) - (len(dead) - dead_before)
         self.entries += sum(map(len, boards.values())) - before
         self.events += folded
-        self.last_offset = records[-1].offset if records else self.last_offset
-        for ts in (lo, hi):
-            if ts is not None:
-                self.note_ts(ts)
+        if records:
+            self.last_offset = records[-1].offset
+        # Freshness from the batch's first and last valid events (a partition's events arrive in time order),
+        # not from every event: two comparisons per event would cost more than the histogram is worth.
+        if folded:
+            if last_ts is not None:
+                self.note_ts(last_ts)
+            for record in records:
+                try:
+                    first_ts = slow(record.value)[3]
+                except InvalidEvent:
+                    continue
+                if first_ts is not None:
+                    self.note_ts(first_ts)
+                break
         return folded
 
     def note_ts(self, ts_ms: int) -> None:
