@@ -81,7 +81,7 @@ class FlushReport:
 
     started: float
     duration_s: float
-    #: partition -> (first offset after the previous flush, last offset) covered by this flush.
+    #: partition -> last offset covered by this flush (the previous report of the partition gives the start).
     offsets: dict[int, int]
     events: int
     entries: int
