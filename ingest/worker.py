@@ -365,6 +365,11 @@ class Worker:
         for state in self._parts.values():
             state.ready = False
         self._consumer.pause(*self._tps(self._parts))
+        # Nothing is pending any more: _position resumes each partition once it is positioned, so a pause
+        # for backpressure must not outlive the work it was holding back.
+        self._paused_for_backpressure = False
+        self.metrics.backpressure_paused.set(0)
+        self.metrics.pending_entries.set(0)
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.metrics.rebalances.inc()
@@ -413,6 +418,7 @@ class Worker:
         self._update_lag()
         if self._sealed is None:
             if self._active.is_empty():
+                self._update_backpressure()
                 return True
             self._sealed, self._active = self._active, Window()
         window = self._sealed

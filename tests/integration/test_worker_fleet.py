@@ -144,3 +144,22 @@ def test_redis_outage_holds_and_catches_up(
     log = worker.log()
     assert "flush failed" in log
     assert worker.proc is not None and worker.proc.poll() is None, "worker must ride out the outage"
+
+
+def test_backpressure_bounds_memory_while_redis_is_down(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    topic = topic_factory(8)
+    events = skewed_events(30_000, players=20_000, seed=19)
+    worker = spawn(redis_server.url, topic, extra_env={"HOTBOARD_MAX_PENDING_ENTRIES": "500"})
+    feeder = Feeder(kafka, topic, events, rate=3000)
+    feeder.start()
+    wait_flushing(redis_server.url)
+    redis_server.stop()
+    time.sleep(4)  # an outage long enough for far more than 500 distinct pairs to arrive
+    redis_server.start()
+    feeder.finish()
+    wait_exact(redis_server.url, totals_of(events), timeout_s=90)
+    log = worker.log()
+    assert "fetching paused until flushes land" in log
+    assert "backpressure released" in log
