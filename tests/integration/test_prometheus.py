@@ -19,9 +19,7 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -37,6 +35,7 @@ from hotboard.keys import board_key
 from hotboard.loadgen import generate, publish
 from hotboard.settings import WorkerSettings
 from ingest.worker import Worker
+from tests.integration.conftest_reader import api_process
 from tests.services import unavailable
 
 pytestmark = pytest.mark.integration
@@ -393,40 +392,6 @@ def load_renderer() -> Any:
 # ------------------------------------------------------------------------------------------------ read API
 
 
-@contextlib.contextmanager
-def running_api(redis_url: str, log_path: Path) -> Iterator[str]:
-    port = free_port()
-    env = {
-        **os.environ,
-        "HOTBOARD_REDIS": redis_url,
-        "HOTBOARD_API_HOST": "127.0.0.1",
-        "HOTBOARD_API_PORT": str(port),
-    }
-    args = [sys.executable, "-m", "hotboard.cli", "api", "--redis", redis_url, "--host", "127.0.0.1"]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [*args, "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, f"hotboard api exited: {log_path.read_text()[-3000:]}"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, f"the API did not become ready: {log_path.read_text()[-3000:]}"
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 async def api_traffic(api_url: str, stop: asyncio.Event) -> None:
     """Hits (repeated top pages), misses, a 404 and a 422, until stopped."""
     paths = [
@@ -456,7 +421,7 @@ async def test_every_api_query_of_dashboard_and_alerts_returns_data(redis_url: s
         await client.zadd(board_key("global"), {f"p-{i}": i * 10 for i in range(100)})
     finally:
         await client.aclose()
-    with running_api(redis_url, tmp_path / "api.log") as api_url:
+    with api_process(redis_url, tmp_path) as api_url:
         host_port = api_url.removeprefix("http://")
         with prometheus(tmp_path / "prom", {"hotboard-api": [host_port]}) as prom_url:
             stop = asyncio.Event()
