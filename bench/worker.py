@@ -37,13 +37,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 from redis.asyncio import Redis
 
-from flusher.redis_sink import NO_WATERMARK, Outcome, RedisSink
+from flusher.batch import BOOKKEEPING_WRITES_PER_BOARD, NO_WATERMARK, BoardBatch, Outcome
+from flusher.redis_sink import RedisSink
 from hotboard import keys
 from hotboard.devstack import KafkaBroker, RedisServer, create_topic, free_port
 from hotboard.loadgen import generate, publish
 from hotboard.settings import WorkerSettings
 from ingest.codec import Event
-from ingest.window import BOOKKEEPING_WRITES_PER_BOARD, BoardBatch
 from ingest.worker import FlushReport, Worker
 
 T = TypeVar("T")

@@ -40,6 +40,13 @@ def meta_key(board: str) -> str:
     return f"{PREFIX}:{{{board}}}:meta"
 
 
+def checkpoint_key(topic: str) -> str:
+    """Hash ``<partition>`` -> offset up to which every event of that partition of ``topic`` is applied to its
+    board (and dead-lettered when invalid). A partition resumes right after it. Its own hash tag: one slot per
+    topic, whatever the boards' slots."""
+    return f"{PREFIX}:ckpt:{{{topic}}}"
+
+
 def watermark_field(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
 

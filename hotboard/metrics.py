@@ -12,6 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ingest.codec import Reason
 
+#: Causes of a resynchronisation: a fenced board batch, a checkpoint that moved under us, a Redis restart.
+RESYNC_REASONS = ("fenced", "checkpoint", "redis_restart")
+
 #: How many recent windows the savings-ratio gauge averages over.
 SAVINGS_WINDOWS = 60
 
@@ -57,12 +60,32 @@ class WorkerMetrics:
         )
         self.rebalances = Counter("hotboard_rebalances", "Partition assignments received", registry=r)
         self.dlq = Counter("hotboard_dlq", "Records sent to the dead-letter topic, by reason", ["reason"], registry=r)
+        self.dlq_pending = Gauge(
+            "hotboard_dlq_pending", "Dead letters not yet acknowledged by the DLQ (they hold checkpoints)", registry=r
+        )
+        self.dlq_failures = Counter(
+            "hotboard_dlq_failures", "Dead letters the DLQ refused or did not acknowledge in time", registry=r
+        )
+        self.data_loss = Gauge(
+            "hotboard_redis_data_loss",
+            "Partitions halted because history is gone from Redis and Kafka (needs an operator)",
+            registry=r,
+        )
+        self.records_lost = Counter(
+            "hotboard_records_lost", "Records deleted by retention before they were applied", registry=r
+        )
+        self.saturated = Counter(
+            "hotboard_saturated", "Totals or window deltas held at +-(2^53-1), the exact range of a score", registry=r
+        )
+        self.resyncs = Counter("hotboard_resyncs", "Resynchronisations from Redis, by cause", ["reason"], registry=r)
         for result in ("applied", "invalid", "duplicate"):
             self.events.labels(result)
         for result in ("flushed", "failed", "fenced"):
             self.windows.labels(result)
         for reason in Reason:
             self.dlq.labels(reason.value)
+        for cause in RESYNC_REASONS:
+            self.resyncs.labels(cause)
         self._recent: deque[tuple[int, int]] = deque(maxlen=SAVINGS_WINDOWS)
 
     def record_savings(self, events_applied: int, writes: int) -> None:
@@ -70,3 +93,15 @@ class WorkerMetrics:
         total_writes = sum(w for _, w in self._recent)
         if total_writes:
             self.savings_ratio.set(sum(e for e, _ in self._recent) / total_writes)
+
+    def record_flush(self, *, events: int, entries: int, writes: int, fenced: bool, duration_s: float) -> None:
+        self.windows.labels("fenced" if fenced else "flushed").inc()
+        self.redis_writes.inc(writes)
+        if writes:
+            self.record_savings(0 if fenced else events, writes)
+            self.window_entries.observe(entries)
+            self.flush_seconds.observe(duration_s)
+
+    def record_freshness(self, now_ms: float, event_times_ms: list[int]) -> None:
+        for ts in event_times_ms:
+            self.freshness_seconds.observe(max(0.0, (now_ms - ts) / 1000))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -18,11 +19,14 @@ WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 class _QuietHandler(WSGIRequestHandler):
+
     def log_message(self, format: str, *args: Any) -> None:  # scrapes every second would flood the log
         pass
 
 
-class _ThreadingWSGIServer(WSGIServer):
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    """One thread per connection, so one slow or idle client never blocks the probes or a scrape."""
+
     daemon_threads = True
 
 
@@ -49,10 +53,17 @@ def ops_app(registry: CollectorRegistry, ready: Callable[[], bool], alive: Calla
 
 
 def serve_ops(
-    host: str, port: int, registry: CollectorRegistry, ready: Callable[[], bool], alive: Callable[[], bool]
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    ready: Callable[[], bool],
+    alive: Callable[[], bool],
+    timeout_s: float = 5.0,
 ) -> WSGIServer:
     """Start serving on a daemon thread; call ``shutdown()`` then ``server_close()`` to stop."""
     app = ops_app(registry, ready, alive)
-    server = make_server(host, port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)
+    # The handler's socket timeout: an idle or trickling client is cut off instead of holding a thread.
+    handler = type("_Handler", (_QuietHandler,), {"timeout": timeout_s})
+    server = make_server(host, port, app, _ThreadingWSGIServer, handler_class=handler)
     threading.Thread(target=server.serve_forever, name="hotboard-ops-http", daemon=True).start()
     return server

@@ -31,6 +31,9 @@ class Reason(StrEnum):
     BAD_TYPE = "bad_type"
     BAD_VALUE = "bad_value"
     UNSUPPORTED_OP = "unsupported_op"
+    #: The client could not parse the record itself (e.g. a header name that is not UTF-8); or validation met
+    #: something it did not expect. The record is dead-lettered with what could be read of it.
+    UNREADABLE = "unreadable"
 
 
 class InvalidEvent(ValueError):
@@ -64,7 +67,15 @@ class Decoder:
         self._max_known = max_known_boards
 
     def fields(self, value: bytes | None) -> Fields:
-        """``(board, player, delta, ts_ms)`` of a valid event; raises :class:`InvalidEvent`."""
+        """``(board, player, delta, ts_ms)`` of a valid event; raises :class:`InvalidEvent`, and nothing else."""
+        try:
+            return self._fields(value)
+        except InvalidEvent:
+            raise
+        except Exception as exc:  # noqa: BLE001 - no record, however odd, may escape the contract as a crash
+            raise InvalidEvent(Reason.UNREADABLE, f"validation failed: {type(exc).__name__}") from None
+
+    def _fields(self, value: bytes | None) -> Fields:
         if value is None or len(value) > MAX_VALUE_BYTES:
             raise _reject_raw(value)
         try:
@@ -105,7 +116,7 @@ def _validate(obj: object) -> Fields:
 
     op = obj.get("op", OP_INCR)
     if op != OP_INCR:
-        raise InvalidEvent(Reason.UNSUPPORTED_OP, f"op {op!r} is not supported (only 'incr')")
+        raise InvalidEvent(Reason.UNSUPPORTED_OP, f"op {_describe(op)} is not supported (only 'incr')")
 
     board = obj.get("board", DEFAULT_BOARD)
     if type(board) is not str:
@@ -133,6 +144,16 @@ def _validate(obj: object) -> Fields:
     if ts is not None and (type(ts) is not int or ts < 0):
         raise InvalidEvent(Reason.BAD_TYPE, "ts must be a non-negative integer (ms since the epoch)")
     return board, player, delta, ts
+
+
+def _describe(value: object) -> str:
+    """A bounded, non-recursive description of an arbitrary JSON value for an error message: repr() of a
+    value nested 1,000 deep raises RecursionError, and of a large one makes a large header."""
+    if type(value) is str:
+        return repr(value) if len(value) <= 32 else f"{value[:32]!r}... ({len(value)} characters)"
+    if type(value) in (int, float, bool) or value is None:
+        return repr(value)[:40]
+    return f"of type {type(value).__name__}"
 
 
 def encode(event: Event) -> bytes:

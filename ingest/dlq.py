@@ -1,45 +1,175 @@
-"""Dead letters: invalid records go to ``<topic>.dlq`` with the original key, value and headers plus why."""
+"""Dead letters: invalid records go to ``<topic>.dlq`` with the original key, value and headers plus why.
+
+Every letter is capped to fit any producer (``max_bytes``): a value or key beyond its share is truncated, and
+its original size and SHA-256 travel in headers. Letters wait in an outbox until the broker acknowledges them;
+a partition's checkpoint never passes an unacknowledged letter, so a crash re-reads and re-sends it (the DLQ is
+at-least-once) while a DLQ that keeps refusing holds only the checkpoint, never the boards.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import hashlib
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from ingest.codec import InvalidEvent
 
+log = logging.getLogger(__name__)
+
 ERROR_HEADER = "hotboard-error"
 SOURCE_HEADER = "hotboard-source"
+#: Set when the value (or key) was cut: the original length in bytes, and the SHA-256 of the original.
+VALUE_SIZE_HEADER = "hotboard-value-size"
+VALUE_SHA256_HEADER = "hotboard-value-sha256"
+KEY_SIZE_HEADER = "hotboard-key-size"
+#: "key", "value" or "key,value": which of them was null in the original (Kafka needs one to send).
+NULL_HEADER = "hotboard-null"
+#: How many original headers were left out because they did not fit.
+HEADERS_DROPPED_HEADER = "hotboard-headers-dropped"
 
-#: (the consumed record, why it is invalid). Kept in the window like a delta until its flush.
-DeadLetter = tuple[Any, InvalidEvent]
+#: Bytes kept of an original key; the rest of a letter's budget goes to the value and headers.
+KEY_BUDGET = 1024
+#: Bytes of the letter budget reserved for hotboard's own headers and record overhead.
+OWN_BUDGET = 2048
 
 
-def dead_letter_headers(record: Any, error: InvalidEvent) -> list[tuple[str, bytes]]:
-    return [
-        *(record.headers or ()),
-        (ERROR_HEADER, str(error).encode()),
-        (SOURCE_HEADER, f"{record.topic}:{record.partition}:{record.offset}".encode()),
+@dataclass(frozen=True, slots=True)
+class Letter:
+    """One record for the DLQ, already capped, with where it came from."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+    @property
+    def size(self) -> int:
+        return len(self.key or b"") + len(self.value or b"") + sum(len(k) + len(v) for k, v in self.headers)
+
+
+def letter(record: Any, error: InvalidEvent, max_bytes: int) -> Letter:
+    """The dead letter of ``record``: original key, value and headers, cut to ``max_bytes`` in all."""
+    return build(
+        record.topic, record.partition, record.offset, record.key, record.value, record.headers, str(error), max_bytes
+    )
+
+
+def build(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Any,
+    error: str,
+    max_bytes: int,
+) -> Letter:
+    own: list[tuple[str, bytes]] = [
+        (ERROR_HEADER, error.encode()[:1024]),
+        (SOURCE_HEADER, f"{topic}:{partition}:{offset}".encode()),
     ]
+    nulls = [name for name, part in (("key", key), ("value", value)) if part is None]
+    if nulls:
+        own.append((NULL_HEADER, ",".join(nulls).encode()))
+    if key is not None and len(key) > KEY_BUDGET:
+        own.append((KEY_SIZE_HEADER, str(len(key)).encode()))
+        key = key[:KEY_BUDGET]
+    budget = max(0, max_bytes - OWN_BUDGET - len(key or b""))
+    if value is not None and len(value) > budget:
+        own += [
+            (VALUE_SIZE_HEADER, str(len(value)).encode()),
+            (VALUE_SHA256_HEADER, hashlib.sha256(value).hexdigest().encode()),
+        ]
+        value = value[:budget]
+    budget -= len(value or b"")
+    kept: list[tuple[str, bytes]] = []
+    dropped = 0
+    for name, data in headers or ():
+        size = len(name) + len(data or b"")
+        if size <= budget:
+            kept.append((name, data or b""))
+            budget -= size
+        else:
+            dropped += 1
+    if dropped:
+        own.append((HEADERS_DROPPED_HEADER, str(dropped).encode()))
+    if key is None and value is None:
+        value = b""  # Kafka refuses a record with neither; the null header says both were null
+    return Letter(partition, offset, key, value, kept + own)
 
 
 class DeadLetters:
-    """Dead letters are pending state of their window: they are sent and acknowledged at the start of the
-    window's flush, before any watermark or offset passes them. A crash after the send but before the flush
-    re-reads and re-sends them, so the DLQ is at-least-once while the boards stay exactly-once."""
+    """The outbox of dead letters and the producer that empties it."""
 
-    def __init__(self, producer: AIOKafkaProducer, topic: str) -> None:
+    def __init__(self, producer: AIOKafkaProducer, topic: str, max_bytes: int, send_timeout_s: float) -> None:
         self._producer = producer
         self.topic = topic
+        self.max_bytes = max_bytes
+        self._timeout_s = send_timeout_s
+        self._outbox: list[Letter] = []
+        self.failures = 0
 
-    async def send_all(self, letters: Sequence[DeadLetter]) -> None:
-        """Send and wait for every acknowledgement; raises if any failed (the flush retries them all)."""
-        futures = [
-            await self._producer.send(
-                self.topic, value=record.value, key=record.key, headers=dead_letter_headers(record, error)
-            )
-            for record, error in letters
-        ]
-        await asyncio.gather(*futures)
+    def add(self, letters: list[Letter]) -> None:
+        self._outbox.extend(letters)
+
+    @property
+    def pending(self) -> int:
+        return len(self._outbox)
+
+    @property
+    def pending_bytes(self) -> int:
+        return sum(letter.size for letter in self._outbox)
+
+    def lowest_pending(self) -> dict[int, int]:
+        """partition -> offset of its oldest unacknowledged letter: its checkpoint must stay below."""
+        low: dict[int, int] = {}
+        for item in self._outbox:
+            if item.offset < low.get(item.partition, item.offset + 1):
+                low[item.partition] = item.offset
+        return low
+
+    def drop(self, partitions: set[int]) -> None:
+        """Revoked or repositioned partitions: their letters are sent again by whoever replays them."""
+        self._outbox = [item for item in self._outbox if item.partition not in partitions]
+
+    async def send_pending(self) -> int:
+        """Send the outbox and wait (bounded) for the acknowledgements; what the broker refused stays for the
+        next flush. Returns the letters sent."""
+        if not self._outbox:
+            return 0
+        batch, self._outbox = self._outbox, []
+        futures: list[asyncio.Future[Any] | None] = []
+        for item in batch:
+            try:
+                futures.append(
+                    await self._producer.send(
+                        self.topic, value=item.value, key=item.key, headers=item.headers, partition=None
+                    )
+                )
+            except (KafkaError, AssertionError, ValueError, TypeError) as exc:
+                log.warning("dead letter %d:%d refused by the producer: %r", item.partition, item.offset, exc)
+                futures.append(None)
+        results: list[Any] = []
+        pending_futures = [f for f in futures if f is not None]
+        if pending_futures:
+            done, _ = await asyncio.wait(pending_futures, timeout=self._timeout_s)
+        else:
+            done = set()
+        sent = 0
+        for item, future in zip(batch, futures, strict=True):
+            ok = future is not None and future in done and not future.cancelled() and future.exception() is None
+            if ok:
+                sent += 1
+            else:
+                results.append(item)
+        if results:
+            self.failures += len(results)
+            log.warning("%d dead letters not acknowledged by %s; kept for the next flush", len(results), self.topic)
+        self._outbox = results + self._outbox
+        return sent

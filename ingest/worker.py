@@ -1,16 +1,16 @@
 """One hotboard worker: Kafka partitions in, one-second windows folded, applied exactly once to Redis.
 
-Exactly-once rests on three rules:
+Exactly-once rests on four rules:
 
 1. Redis is the truth. Every board keeps, per partition, the last offset applied to it (its watermark),
-   written in the same atomic step as the window's deltas. A (re)assigned partition resumes after the
-   lowest watermark of the boards it fed, and an event at or below a board's watermark is skipped for
-   that board.
-2. Every flush is a compare-and-set: it names the watermarks it expects. A zombie (paused past its
-   session timeout while a new owner took over), or a Redis that lost its last second of writes, sees a
-   mismatch: the board is not touched and the worker resynchronises from Redis.
-3. Kafka commits follow successful flushes and serve lag monitoring only; losing one costs a replay that
-   rule 1 skips, never a double count.
+   written in the same atomic step as the window's deltas; every partition keeps a checkpoint, the offset up
+   to which all its events are applied. A (re)assigned partition resumes after its checkpoint, and an event
+   past it but at or below its board's watermark is skipped for that board.
+2. Every board batch is a compare-and-set on the exact watermarks the worker knows. A zombie, or a Redis that
+   lost writes, sees a mismatch: nothing is applied and the worker resynchronises from Redis.
+3. A checkpoint moves only after every board batch of its window is confirmed, and only from the value the
+   worker knows (a mismatch resynchronises too).
+4. Kafka commits follow checkpoints and serve lag monitoring only.
 """
 
 from __future__ import annotations
@@ -18,61 +18,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from flusher.redis_sink import NO_WATERMARK, BoardResult, Outcome, RedisSink
+from flusher.batch import NO_WATERMARK, BoardResult, Outcome
+from flusher.redis_sink import RedisSink
 from hotboard.metrics import WorkerMetrics
 from hotboard.ops_http import serve_ops
 from hotboard.settings import WorkerSettings
 from hotboard.timing import Backoff, ticker, wait_or_stop
-from ingest.codec import Decoder, InvalidEvent
-from ingest.dlq import DeadLetters
-from ingest.window import Window
+from ingest import dlq
+from ingest.codec import Decoder, InvalidEvent, Reason
+from ingest.kafka_config import consumer_config, producer_config
+from ingest.partitions import Halt, HaltReason, PartitionState, Seek, position
+from ingest.pausing import PauseReason, Pauses
+from ingest.window import Folded, Window, boards_to_check
 
 log = logging.getLogger("hotboard.worker")
 
 #: /healthz fails when the flush loop has not ticked for this long (or ten windows, if longer).
 LIVENESS_STALE_S = 60.0
+#: What Redis, Kafka and the network raise when they fail; anything else is a bug and stops the worker.
+TRANSIENT = (RedisError, OSError, KafkaError)
 
 
 class KafkaUnavailable(RuntimeError):
     """Kafka did not answer within ``kafka_start_timeout_s``."""
 
 
-@dataclass(slots=True)
-class PartitionState:
-    """What this worker knows about one assigned partition."""
+class Unreadable(NamedTuple):
+    """Stands in for a record the Kafka client could not parse: only where it was is known."""
 
+    topic: str
     partition: int
-    #: False until the watermarks are loaded and the position is set; records are ignored meanwhile.
-    ready: bool = False
-    #: Records below this offset were folded already (guards against re-delivery after a seek).
-    next_offset: int = -1
-    #: board -> last offset of this partition applied to that board, as Redis holds it.
-    watermarks: dict[str, int] = field(default_factory=dict)
-    #: Offsets up to here may be below some board's watermark and take the per-board check.
-    replay_until: int = -1
-
-    def set_watermarks(self, watermarks: dict[str, int]) -> None:
-        self.watermarks = watermarks
-        self.replay_until = max(watermarks.values(), default=-1)
-
-
-def resume_offset(watermarks: dict[str, int]) -> int | None:
-    """Where a partition resumes: after the lowest watermark of the boards it fed, or None when it fed none
-    (then the committed Kafka offset, or the beginning, applies)."""
-    return min(watermarks.values()) + 1 if watermarks else None
+    offset: int
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,18 +100,20 @@ class Worker:
         self._on_flush = on_flush
         self._stack = AsyncExitStack()
         self._stopping = asyncio.Event()
-        self._lock = asyncio.Lock()  # one flush / rebalance step at a time
+        self._lock = asyncio.Lock()  # one flush / rebalance / positioning step at a time
         self._decoder = Decoder()
         self._parts: dict[int, PartitionState] = {}
+        self._pauses = Pauses()
         self._active = Window()
-        self._sealed: Window | None = None  # a window whose flush failed; retried as is
-        self._paused_for_backpressure = False
+        #: Windows sealed and waiting for their flush, oldest first; the first one is retried as is.
+        self._sealed: list[Window] = []
         #: Redis run_id seen when the partitions were positioned; a different one after an outage means the
         #: server restarted and may have lost its last second of writes (AOF everysec): resynchronise.
         self._redis_run_id: str | None = None
         self._redis_suspect = False
         self._backoff = Backoff(cap_s=settings.backoff_max_s)
         self._heartbeat = time.monotonic()
+        self._flusher: asyncio.Task[None] | None = None
         self.flushes = 0
         self.fenced = 0
         self.failed_flushes = 0
@@ -131,21 +126,27 @@ class Worker:
 
     @property
     def pending_entries(self) -> int:
-        return self._active.entries + (self._sealed.entries if self._sealed else 0)
+        return self._active.entries + sum(w.entries for w in self._sealed)
 
     @property
     def alive(self) -> bool:
-        """Kubernetes liveness: the flush loop ticked lately (it ticks every window, or every backoff step)."""
+        """Kubernetes liveness: the flush loop runs and ticked lately (every window, or every backoff step)."""
+        if self._flusher is not None and self._flusher.done():
+            return False
         return time.monotonic() - self._heartbeat < max(LIVENESS_STALE_S, 10 * self.settings.window_s)
 
     @property
     def ready(self) -> bool:
-        """Kubernetes readiness: the consumer holds partitions and has positioned them all."""
+        """Kubernetes readiness: the consumer holds partitions and has positioned them all (none halted)."""
         return bool(self._parts) and all(st.ready for st in self._parts.values())
 
     @property
     def assigned(self) -> list[int]:
         return sorted(self._parts)
+
+    @property
+    def halted(self) -> dict[int, Halt]:
+        return {p: st.halted for p, st in self._parts.items() if st.halted is not None}
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -153,30 +154,24 @@ class Worker:
         s = self.settings
         try:
             if self._redis is None:
-                self._redis = Redis.from_url(s.redis, socket_timeout=30, socket_connect_timeout=5)
+                self._redis = Redis.from_url(
+                    s.redis, socket_timeout=s.redis_timeout_s, socket_connect_timeout=s.redis_timeout_s
+                )
                 self._stack.push_async_callback(self._redis.aclose)
             self._sink = RedisSink(self._redis, s.topic)
-            self._consumer = AIOKafkaConsumer(
-                bootstrap_servers=s.kafka,
-                group_id=s.group,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                session_timeout_ms=s.session_timeout_ms,
-                heartbeat_interval_ms=max(100, s.session_timeout_ms // 6),
-                max_poll_interval_ms=max(60_000, s.session_timeout_ms * 3),
-                request_timeout_ms=max(30_000, s.session_timeout_ms + 5000),
-                max_partition_fetch_bytes=4 * 1024 * 1024,
-                fetch_max_bytes=32 * 1024 * 1024,
-            )
-            self._producer = AIOKafkaProducer(
-                bootstrap_servers=s.kafka, enable_idempotence=False, acks="all", linger_ms=5
-            )
+            self._consumer = AIOKafkaConsumer(**consumer_config(s))
+            self._producer = AIOKafkaProducer(**producer_config(s))
             await self._start_kafka()
-            self._dead = DeadLetters(self._producer, s.dlq)
+            self._dead = dlq.DeadLetters(self._producer, s.dlq, s.dlq_max_bytes, s.dlq_send_timeout_s)
             self._consumer.subscribe([s.topic], listener=_Listener(self))
             if s.metrics_port:
                 server = serve_ops(
-                    s.metrics_host, s.metrics_port, self.metrics.registry, lambda: self.ready, lambda: self.alive
+                    s.metrics_host,
+                    s.metrics_port,
+                    self.metrics.registry,
+                    lambda: self.ready,
+                    lambda: self.alive,
+                    s.ops_timeout_s,
                 )
                 self._stack.callback(server.server_close)
                 self._stack.callback(server.shutdown)
@@ -216,158 +211,328 @@ class Worker:
         await self._stack.aclose()
 
     def stop(self) -> None:
-        """Signal-safe: only flips the flag; ``run()`` winds down (flush, commit, leave the group)."""
-        if not self._stopping.is_set():
-            log.info("stop requested: draining")
+        """Signal-safe: the first call flips the flag (``run()`` drains, commits, leaves the group); a second
+        one exits at once, which is as safe as a crash: the next owner replays from the checkpoints."""
+        if self._stopping.is_set() and self._handle_signals:
+            log.warning("second stop request: exiting now")
+            os._exit(130)
+        log.info("stop requested: draining")
         self._stopping.set()
 
     async def run(self) -> None:
-        flusher = asyncio.create_task(self._flush_loop(), name="hotboard-flush")
+        """Fetch and fold until stopped. An unexpected error ends the worker without a drain: a window that met
+        one is not to be trusted, and the checkpoints make a restart exact."""
+        self._flusher = asyncio.create_task(self._flush_loop(), name="hotboard-flush")
+        clean = False
         try:
             while not self._stopping.is_set():
+                if self._flusher.done():
+                    self._flusher.result()  # raises what killed it
+                    raise RuntimeError("the flush loop ended on its own")
                 await self._init_partitions()
-                batch = await self._consumer.getmany(timeout_ms=100, max_records=self.settings.max_poll_records)
-                if batch:
-                    self._fold(batch)
-                    self._update_backpressure()
+                await self._poll()
+            clean = True
         finally:
             self._stopping.set()
-            await flusher
-            await self._drain()
+            await self._stop_flusher()
+            if clean:
+                await self._drain()
+
+    async def _stop_flusher(self) -> None:
+        assert self._flusher is not None
+        if not self._flusher.done():
+            done, _ = await asyncio.wait([self._flusher], timeout=self.settings.shutdown_timeout_s / 2)
+            if not done:
+                self._flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._flusher
 
     async def _drain(self) -> None:
         """Final flush within the shutdown budget; anything not flushed is replayed by the next owner."""
-        deadline = time.monotonic() + self.settings.shutdown_timeout_s
+        deadline = time.monotonic() + self.settings.shutdown_timeout_s / 2
         while time.monotonic() < deadline:
-            async with self._lock:
-                if await self._flush_step():
-                    log.info("drained: %r", self)
-                    return
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    async with self._lock:
+                        if await self._flush_all():
+                            log.info("drained: %r", self)
+                            return
+            except TimeoutError:
+                break
             await asyncio.sleep(min(self._backoff.next_delay(), max(0.0, deadline - time.monotonic())))
         log.warning(
             "shutdown budget spent with %d entries unflushed; the next owner replays them", self.pending_entries
         )
 
-    # ---------------------------------------------------------------- fold (hot path: no awaits in here)
+    # ---------------------------------------------------------------- fetch and fold
 
-    def _fold(self, batch: dict[TopicPartition, list[Any]]) -> None:
-        decoder = self._decoder
+    async def _poll(self) -> None:
+        try:
+            batch = await self._consumer.getmany(timeout_ms=100, max_records=self.settings.max_poll_records)
+        except OffsetOutOfRangeError as exc:
+            await self._out_of_range(exc.args[0] if exc.args else {})
+            return
+        except NoOffsetForPartitionError:
+            return  # assigned, not positioned yet: _init_partitions seeks it from its checkpoint
+        except (UnicodeDecodeError, ValueError) as exc:
+            # The client could not parse a record (e.g. a header name that is not UTF-8): find it, dead-letter
+            # what is known of it and move past it. Whatever the failed call had drained is fetched again.
+            await self._skip_unreadable(exc)
+            return
+        if batch:
+            await self._fold(batch)
+            self._update_backpressure()
+
+    async def _fold(self, batch: dict[TopicPartition, list[Any]]) -> None:
         applied = invalid = duplicate = 0
         for tp, records in batch.items():
-            state = self._parts.get(tp.partition)
-            if state is None or not state.ready or not records:
-                continue  # not ours (any more) or not positioned yet: these records are fetched again
-            fold = self._active.fold_for(tp.partition)
-            dead_before = len(fold.dead)
-            i, n = 0, len(records)
-            while i < n and records[i].offset < state.next_offset:
-                i += 1  # re-delivered after a seek: folded already
-            if i == n:
-                continue
-            # Replay right after (re)positioning: each event is checked against its own board's watermark.
-            watermarks, replay_until = state.watermarks, state.replay_until
-            while i < n and records[i].offset <= replay_until:
-                record = records[i]
-                i += 1
-                try:
-                    board, player, delta, ts = decoder.fields(record.value)
-                except InvalidEvent as exc:
-                    fold.dead.append((record, exc))
-                    continue
-                if record.offset <= watermarks.get(board, NO_WATERMARK):
-                    duplicate += 1
-                    continue
-                fold.add(board, player, delta)
-                if ts is not None:
-                    fold.note_ts(ts)
-                applied += 1
-            # Steady state: past every watermark.
-            if i < n:
-                applied += fold.fold_batch(records[i:] if i else records, decoder)
-            fold.last_offset = records[-1].offset
-            state.next_offset = fold.last_offset + 1
-            invalid += len(fold.dead) - dead_before
+            for folded in await self._fold_partition(tp, records):
+                applied += folded.applied
+                invalid += folded.invalid
+                duplicate += folded.duplicate
         m = self.metrics
         m.events.labels("applied").inc(applied)
         m.events.labels("invalid").inc(invalid)
         m.events.labels("duplicate").inc(duplicate)
+        if self._active.largest_board() >= self.settings.max_script_players:
+            self._seal()  # bounded scripts: a board's share of one partition never outgrows one short script
+
+    async def _fold_partition(self, tp: TopicPartition, records: list[Any]) -> list[Folded]:
+        """The steady fold while every board is past its watermark; the checked fold from the first event whose
+        board is not (its watermark looked up first, the one await in here)."""
+        state = self._parts.get(tp.partition)
+        if state is None or not state.ready or not records:
+            return []  # not ours (any more) or not positioned yet: these records are fetched again
+        i = 0
+        while i < len(records) and records[i].offset < state.next_offset:
+            i += 1  # re-delivered after a seek: folded already
+        if i == len(records):
+            return []
+        rest = records[i:] if i else records
+        fold = self._active.fold_for(tp.partition, state.next_offset - 1)
+        steady = fold.fold_batch(rest, state.clear, self._decoder)
+        state.next_offset = max(state.next_offset, fold.last_offset + 1)
+        if steady.consumed == len(rest):
+            return [steady]
+        rest = rest[steady.consumed :]
+        unknown = boards_to_check(rest, state.watermarks, self._decoder)
+        if unknown:
+            try:
+                marks = await self._sink.load_watermarks(tp.partition, unknown)
+            except TRANSIENT as exc:
+                self._consumer.seek(tp, state.next_offset)  # fetched again once Redis answers
+                log.warning("cannot read watermarks of partition %d (%r); retrying", tp.partition, exc)
+                await wait_or_stop(self._stopping, self._backoff.next_delay())
+                return [steady]
+            if self._parts.get(tp.partition) is not state or not state.ready:
+                return [steady]  # revoked or resynchronised while we waited
+            state.watermarks.update(marks)
+        fold = self._active.fold_for(tp.partition, state.next_offset - 1)  # the window may have been sealed
+        checked = fold.fold_checked(rest, state.watermarks, state.clear, self._decoder)
+        state.next_offset = max(state.next_offset, fold.last_offset + 1)
+        return [steady, checked]
+
+    def _seal(self) -> None:
+        if not self._active.is_empty():
+            self._sealed.append(self._active)
+            self._active = Window()
 
     def _update_backpressure(self) -> None:
-        pending = self.pending_entries
+        pending = self.pending_entries + self._dead.pending + self._active.dead_count
+        dead_bytes = self._dead.pending_bytes
         self.metrics.pending_entries.set(pending)
+        self.metrics.dlq_pending.set(self._dead.pending)
         limit = self.settings.max_pending_entries
-        if not self._paused_for_backpressure and pending >= limit:
-            self._paused_for_backpressure = True
-            self._consumer.pause(*self._tps(self._parts))
+        over = pending >= limit or dead_bytes >= self.settings.max_pending_dlq_bytes
+        paused = bool(self._pauses.paused_for(PauseReason.BACKPRESSURE))
+        if over and not paused:
+            self._consumer.pause(*self._tps(self._pauses.pause(self._parts, PauseReason.BACKPRESSURE)))
             self.metrics.backpressure_paused.set(1)
             log.warning(
-                "backpressure: %d entries pending (limit %d); fetching paused until flushes land", pending, limit
+                "backpressure: %d entries and %d dead-letter bytes pending (limit %d); fetching paused until "
+                "flushes land",
+                pending,
+                dead_bytes,
+                limit,
             )
-        elif self._paused_for_backpressure and pending < limit // 2:
-            self._paused_for_backpressure = False
-            self._consumer.resume(*self._tps(p for p, st in self._parts.items() if st.ready))
+        elif paused and pending < limit // 2 and dead_bytes < self.settings.max_pending_dlq_bytes // 2:
+            self._release(self._parts, PauseReason.BACKPRESSURE)
             self.metrics.backpressure_paused.set(0)
             log.info("backpressure released: %d entries pending", pending)
+
+    def _release(self, partitions: Iterable[int], reason: PauseReason) -> None:
+        self._consumer.resume(*self._tps(self._pauses.release(partitions, reason)))
 
     def _tps(self, partitions: Iterable[int]) -> list[TopicPartition]:
         return [TopicPartition(self.settings.topic, p) for p in partitions]
 
-    # ---------------------------------------------------------------- partitions: assignment and resync
+    # ---------------------------------------------------------------- positioning, halts and resync
 
     async def _init_partitions(self) -> None:
-        """Position every not-yet-ready partition from the watermarks in Redis, then let it fetch."""
-        if all(st.ready for st in self._parts.values()):
+        """Position every waiting partition from its checkpoint in Redis, then let it fetch."""
+        now = time.monotonic()
+        if all(st.ready or (st.halted is not None and now < st.recheck_at) for st in self._parts.values()):
             return
         async with self._lock:
-            waiting = [p for p, st in self._parts.items() if not st.ready]
+            waiting = [
+                p for p, st in self._parts.items() if not st.ready and (st.halted is None or now >= st.recheck_at)
+            ]
             if not waiting:
                 return
+            tps = self._tps(waiting)
             try:
-                self._redis_run_id = await self._sink.server_id()
-                marks = await self._sink.load_watermarks(waiting)
+                run_id = await self._sink.server_id()
+                checkpoints = await self._sink.load_checkpoints(waiting)
+                starts = await self._consumer.beginning_offsets(tps)
                 committed = {
-                    p: await self._consumer.committed(tp) for p, tp in zip(waiting, self._tps(waiting), strict=True)
+                    p: await self._consumer.committed(tp)
+                    for p, tp in zip(waiting, tps, strict=True)
+                    if p not in checkpoints
                 }
-            except (RedisError, OSError, KafkaError) as exc:
+            except TRANSIENT as exc:
                 failure: Exception | None = exc
             else:
                 failure = None
-                await self._position(waiting, marks, committed)
+                if self._redis_run_id is not None and run_id != self._redis_run_id:
+                    self._sink.forget_registry()
+                self._redis_run_id = run_id
+                for p, tp in zip(waiting, tps, strict=True):
+                    self._position_one(p, tp, checkpoints.get(p), committed.get(p), starts[tp])
+                self._update_halts()
         if failure is not None:
             delay = self._backoff.next_delay()
             log.warning("cannot position partitions %s yet (%r); retrying in %.1fs", waiting, failure, delay)
             await wait_or_stop(self._stopping, delay)
 
-    async def _position(
-        self, waiting: list[int], marks: dict[int, dict[str, int]], committed: dict[int, int | None]
+    def _position_one(
+        self, p: int, tp: TopicPartition, checkpoint: int | None, committed: int | None, start: int
     ) -> None:
-        for p, tp in zip(waiting, self._tps(waiting), strict=True):
-            state = self._parts[p]
-            state.set_watermarks(marks[p])
-            resume = resume_offset(marks[p])
-            if resume is None:
-                resume = committed[p]
-            if resume is None:
-                await self._consumer.seek_to_beginning(tp)
-                state.next_offset = -1
-            else:
-                self._consumer.seek(tp, resume)
-                state.next_offset = resume
-            state.ready = True
-            log.info("partition %d resumes at %s (%d boards with watermarks)", p, resume, len(marks[p]))
-        if not self._paused_for_backpressure:
-            self._consumer.resume(*self._tps(waiting))
+        state = self._parts[p]
+        decision = position(checkpoint, committed, start)
+        if isinstance(decision, Halt):
+            self._halt(state, decision)
+            return
+        assert isinstance(decision, Seek)
+        self._consumer.seek(tp, decision.offset)
+        state.reset(NO_WATERMARK if checkpoint is None else checkpoint, decision.offset)
+        state.positioned_poll_ms = self._consumer.last_poll_timestamp(tp)
+        self._release([p], PauseReason.HALTED)
+        self._release([p], PauseReason.POSITIONING)
+        log.info("partition %d resumes at %d (checkpoint %s)", p, decision.offset, checkpoint)
 
-    def _unready_all(self) -> None:
+    def _halt(self, state: PartitionState, halt: Halt) -> None:
+        """History is gone: do not guess. The partition stays paused, /readyz fails, the gauge and an alert
+        say so, and it is checked again every ``halt_recheck_s`` (an operator may have restored Redis)."""
+        first = state.halted is None or state.halted.reason != halt.reason
+        state.ready = False
+        state.halted = halt
+        state.recheck_at = time.monotonic() + self.settings.halt_recheck_s
+        self._consumer.pause(*self._tps(self._pauses.pause([state.partition], PauseReason.HALTED)))
+        if first:
+            self.metrics.records_lost.inc(halt.lost)
+            log.error(
+                "partition %d halted (%s): %s. Nothing of it is consumed until an operator restores Redis or "
+                "writes its checkpoint (see README, Guarantees)",
+                state.partition,
+                halt.reason.value,
+                halt.detail,
+            )
+        self._update_halts()
+
+    def _update_halts(self) -> None:
+        self.metrics.data_loss.set(len(self.halted))
+
+    async def _out_of_range(self, offsets: dict[TopicPartition, int]) -> None:
+        """The broker says a position is outside the log: retention deleted it, or the log is not the one the
+        checkpoint came from. Never reset silently (auto_offset_reset is "none")."""
+        mine = {tp: o for tp, o in offsets.items() if tp.partition in self._parts}
+        if not mine:
+            return
+        try:
+            starts = await self._consumer.beginning_offsets(list(mine))
+        except TRANSIENT:
+            starts = {}
+        for tp, offset in mine.items():
+            start = starts.get(tp)
+            if start is not None and offset < start:
+                halt = Halt(
+                    HaltReason.RETENTION_LOST,
+                    f"position {offset} but the log starts at {start}: {start - offset} records were deleted "
+                    "before they were applied",
+                    start - offset,
+                )
+            else:
+                halt = Halt(HaltReason.BEYOND_LOG_END, f"position {offset} is outside the log (re-created topic?)")
+            self._halt(self._parts[tp.partition], halt)
+
+    def _check_log_end(self) -> None:
+        """A position past the log's end, seen in a fetch made after positioning: the checkpoint belongs to
+        another log (a topic deleted and re-created, a rebuilt or mirrored cluster)."""
+        for tp in self._tps(self._parts):
+            state = self._parts[tp.partition]
+            if not state.ready:
+                continue
+            high = self._consumer.highwater(tp)
+            polled = self._consumer.last_poll_timestamp(tp)
+            if high is None or polled is None or polled == state.positioned_poll_ms:
+                continue
+            if state.next_offset > high:
+                self._drop_pending([tp.partition])
+                self._halt(
+                    state,
+                    Halt(
+                        HaltReason.BEYOND_LOG_END,
+                        f"checkpoint {state.checkpoint} (position {state.next_offset}) lies past the log end "
+                        f"{high}: the topic was re-created or the cluster rebuilt",
+                    ),
+                )
+
+    async def _skip_unreadable(self, error: Exception) -> None:
+        """Probe each partition alone from where we are; the one whose fetch fails again holds the record."""
+        log.warning("the Kafka client could not parse a record (%r); finding it", error)
+        ready = [p for p, st in self._parts.items() if st.ready]
+        for p in ready:
+            self._consumer.seek(TopicPartition(self.settings.topic, p), self._parts[p].next_offset)
+        for p in ready:
+            tp = TopicPartition(self.settings.topic, p)
+            try:
+                batch = await self._consumer.getmany(tp, timeout_ms=1000, max_records=self.settings.max_poll_records)
+            except (UnicodeDecodeError, ValueError) as exc:
+                await self._consumer.getmany(tp, timeout_ms=0)  # settles the position on the unreadable record
+                state = self._parts.get(p)
+                if state is None or not state.ready:
+                    continue
+                offset = await self._consumer.position(tp)
+                fold = self._active.fold_for(p, state.next_offset - 1)
+                error_ = InvalidEvent(Reason.UNREADABLE, f"the Kafka client cannot parse this record: {exc!r}"[:500])
+                fold.dead.append((Unreadable(self.settings.topic, p, offset), error_))
+                fold.last_offset = offset
+                state.next_offset = offset + 1
+                self._consumer.seek(tp, offset + 1)
+                self.metrics.events.labels("invalid").inc()
+                log.warning("partition %d offset %d is unreadable; dead-lettered and skipped", p, offset)
+                continue
+            if batch:
+                await self._fold(batch)
+
+    def _drop_pending(self, partitions: Iterable[int]) -> None:
+        gone = set(partitions)
+        for window in (self._active, *self._sealed):
+            window.drop(gone)
+        self._sealed = [w for w in self._sealed if w.parts]
+        self._dead.drop(gone)
+
+    def _resync(self, cause: str) -> None:
         """Forget pending work and re-read positions from Redis for every assigned partition."""
+        self.metrics.resyncs.labels(cause).inc()
         self._active = Window()
-        self._sealed = None
+        self._sealed = []
+        self._dead.drop(set(self._parts))
         for state in self._parts.values():
             state.ready = False
-        self._consumer.pause(*self._tps(self._parts))
-        # Nothing is pending any more: _position resumes each partition once it is positioned, so a pause
-        # for backpressure must not outlive the work it was holding back.
-        self._paused_for_backpressure = False
+        self._consumer.pause(*self._tps(self._pauses.pause(self._parts, PauseReason.POSITIONING)))
+        # Nothing is pending any more: a pause for backpressure must not outlive the work it held back.
+        self._release(self._parts, PauseReason.BACKPRESSURE)
         self.metrics.backpressure_paused.set(0)
         self.metrics.pending_entries.set(0)
 
@@ -376,7 +541,8 @@ class Worker:
         mine = [tp for tp in assigned if tp.topic == self.settings.topic]
         for tp in mine:
             self._parts[tp.partition] = PartitionState(tp.partition)
-        # Paused until _init_partitions has read their watermarks; seeking happens there, outside the callback.
+        # Paused until _init_partitions has read their checkpoints; seeking happens there, outside the callback.
+        self._pauses.pause([tp.partition for tp in mine], PauseReason.POSITIONING)
         self._consumer.pause(*mine)
         log.info("assigned partitions %s", sorted(tp.partition for tp in mine))
 
@@ -385,21 +551,22 @@ class Worker:
         if not gone:
             return
         async with self._lock:
-            # 1. flush everything pending so the next owner starts where we stopped
+            # 1. flush everything pending, sealed and active, so the next owner starts where we stopped
             try:
-                flushed = await asyncio.wait_for(self._flush_step(), timeout=self.settings.session_timeout_ms / 2000)
+                async with asyncio.timeout(self.settings.revoke_flush_timeout_s):
+                    flushed = await self._flush_all()
             except TimeoutError:
                 flushed = False
             if not flushed:
-                # 2. or drop the revoked partitions' pending work: the next owner replays it from Redis
                 log.warning("could not flush before revoke; dropping pending work of partitions %s", gone)
-                self._active.drop(gone)
-                if self._sealed is not None:
-                    self._sealed.drop(gone)
+            # 2. whatever is left of them goes: the next owner (maybe us again) replays it from the checkpoints
+            self._drop_pending(gone)
+            self._pauses.forget(gone)
             for p in gone:
                 self._parts.pop(p, None)
                 with contextlib.suppress(KeyError):
                     self.metrics.consumer_lag.remove(str(p))
+            self._update_halts()
         log.info("revoked partitions %s", sorted(gone))
 
     # ---------------------------------------------------------------- flush
@@ -408,115 +575,136 @@ class Worker:
         async for _ in ticker(self.settings.window_s, self._stopping):
             self._heartbeat = time.monotonic()
             async with self._lock:
-                ok = await self._flush_step()
+                ok = await self._flush_all()
             if not ok:
                 await wait_or_stop(self._stopping, self._backoff.next_delay())
 
-    async def _flush_step(self) -> bool:
-        """Flush the sealed window (or seal the active one). Caller holds the lock. True when nothing is
-        left to retry."""
-        self._update_lag()
-        if self._sealed is None:
-            if self._active.is_empty():
-                self._update_backpressure()
+    async def _flush_all(self) -> bool:
+        """Seal the active window and flush every sealed one, oldest first. Caller holds the lock. True when
+        nothing is left to retry."""
+        self._seal()
+        while True:
+            if not await self._flush_step():
+                return False
+            if not self._sealed:
                 return True
-            self._sealed, self._active = self._active, Window()
-        window = self._sealed
+
+    async def _flush_step(self) -> bool:
+        """Flush the oldest sealed window. Caller holds the lock. True unless it must be retried."""
+        self._update_lag()
+        self._check_log_end()
+        if not self._sealed:
+            if self._dead.pending:
+                with contextlib.suppress(*TRANSIENT):
+                    await self._dead.send_pending()
+            self._update_backpressure()
+            return True
+        window = self._sealed[0]
         started = time.monotonic()
         try:
             if self._redis_suspect and await self._redis_restarted():
                 return True
-            # 1. dead letters first: no watermark or offset may pass an invalid record before it is in the DLQ
-            letters = window.dead_letters()
-            if letters:
-                await self._dead.send_all(letters)
-                for _, error in letters:
-                    self.metrics.dlq.labels(error.reason.value).inc()
-                for fold in window.parts.values():
-                    fold.dead.clear()
+            # 1. dead letters into the outbox and out; a letter the DLQ refuses holds its partition's checkpoint
+            letters = window.take_dead_letters()
+            for _, error in letters:
+                self.metrics.dlq.labels(error.reason.value).inc()
+            self._dead.add([dlq.letter(record, error, self._dead.max_bytes) for record, error in letters])
+            failures = self._dead.failures
+            await self._dead.send_pending()
+            self.metrics.dlq_failures.inc(self._dead.failures - failures)
             # 2. every board: compare-and-set its watermarks, apply its deltas; one round trip for all boards
-            batches = window.batches()
+            batches, saturated = window.batches(self.settings.max_script_players)
             results = await self._sink.flush(batches, self._expected)
-        except (RedisError, OSError, KafkaError) as exc:
+            duration = time.monotonic() - started
+            fenced = [r for r in results if r.outcome is Outcome.FENCED]
+            self._record_flush(window, results, duration, saturated + sum(r.saturated for r in results))
+            if fenced:
+                # Someone else moved a watermark: we lost the partition (zombie) or Redis lost writes. Start over
+                # from what Redis says; boards that did take this window skip it on replay.
+                self.fenced += 1
+                log.warning("flush fenced on %d boards; resynchronising %s from Redis", len(fenced), self.assigned)
+                self._resync("fenced")
+                return True
+            # 3. learn the new watermarks of the boards that took the window
+            for batch in batches:
+                for p, offset in batch.offsets.items():
+                    state = self._parts.get(p)
+                    if state is not None:
+                        state.applied(batch.board, offset)
+            # 4. every batch is confirmed: move the checkpoints, never past a dead letter still unacknowledged
+            if not await self._advance_checkpoints(window):
+                return True
+        except TRANSIENT as exc:
             self._redis_suspect = True
             self.failed_flushes += 1
             self.metrics.windows.labels("failed").inc()
             log.warning("flush failed (%r); keeping %d entries and retrying with backoff", exc, window.entries)
             return False
-        duration = time.monotonic() - started
         self._backoff.reset()
-        # 3. learn the new watermarks of the boards that took the window
-        fenced = False
-        writes = 0
-        for batch, result in zip(batches, results, strict=True):
-            if result.outcome is Outcome.FENCED:
-                fenced = True
-                continue
-            writes += result.writes
-            for p, offset in batch.offsets.items():
-                state = self._parts.get(p)
-                if state is not None:
-                    state.watermarks[batch.board] = offset
-                    state.replay_until = max(state.replay_until, offset)
-        self._record_flush(window, results, writes, duration)
+        self._sealed.pop(0)
         if self._on_flush is not None:
             self._on_flush(FlushReport(started, duration, window.offsets(), window.events, window.entries, results))
-        self._sealed = None
-        if fenced:
-            # Someone else moved a watermark: we lost the partition (zombie) or Redis lost writes. Start over
-            # from what Redis says; boards that did take this window skip it on replay.
-            self.fenced += 1
-            log.warning(
-                "flush fenced on %d boards; resynchronising partitions %s from Redis",
-                sum(r.outcome is Outcome.FENCED for r in results),
-                self.assigned,
-            )
-            self._unready_all()
-            return True
-        # 4. commit Kafka offsets: lag monitoring only, Redis watermarks are the truth
-        await self._commit(window.offsets())
+        # 5. commit Kafka offsets: lag monitoring only, Redis checkpoints are the truth
+        await self._commit({p: st.checkpoint for p, st in self._parts.items() if p in window.parts})
         self._update_backpressure()
+        return True
+
+    async def _advance_checkpoints(self, window: Window) -> bool:
+        lowest_letter = self._dead.lowest_pending()
+        moves: dict[int, tuple[int, int]] = {}
+        for p, last in window.offsets().items():
+            state = self._parts.get(p)
+            if state is None:
+                continue
+            new = min(last, lowest_letter.get(p, last + 1) - 1)
+            if new > state.checkpoint:
+                moves[p] = (state.checkpoint, new)
+        results = await self._sink.advance_checkpoints(moves)
+        moved = [r for r in results if r.ok]
+        for r in moved:
+            self._parts[r.partition].checkpoint = moves[r.partition][1]
+        if len(moved) < len(results):
+            bad = {r.partition: r.previous for r in results if not r.ok}
+            log.warning("checkpoints moved under us (partition: Redis holds %s); resynchronising", bad)
+            self._resync("checkpoint")
+            self._sealed = []
+            return False
         return True
 
     async def _redis_restarted(self) -> bool:
         """After a failed flush: did Redis restart meanwhile? Then what it holds may be older than what we
-        believe it holds, and only a resynchronisation from its watermarks keeps the totals exact."""
+        believe it holds, and only a resynchronisation from its checkpoints keeps the totals exact."""
         run_id = await self._sink.server_id()
         self._redis_suspect = False
         if self._redis_run_id is None or run_id == self._redis_run_id:
             self._redis_run_id = run_id
             return False
         log.warning(
-            "redis restarted (run_id %s -> %s); resynchronising partitions %s from its watermarks",
+            "redis restarted (run_id %s -> %s); resynchronising partitions %s from its checkpoints",
             self._redis_run_id,
             run_id,
             self.assigned,
         )
-        self._unready_all()
+        self._sink.forget_registry()
+        self._resync("redis_restart")
         return True
 
     def _expected(self, board: str, partition: int) -> int:
         state = self._parts.get(partition)
         return NO_WATERMARK if state is None else state.watermarks.get(board, NO_WATERMARK)
 
-    def _record_flush(self, window: Window, results: list[BoardResult], writes: int, duration: float) -> None:
-        m = self.metrics
+    def _record_flush(self, window: Window, results: list[BoardResult], duration: float, saturated: int) -> None:
         self.flushes += 1
         fenced = any(r.outcome is Outcome.FENCED for r in results)
-        m.windows.labels("fenced" if fenced else "flushed").inc()
-        applied_events = 0 if fenced else window.events
-        m.redis_writes.inc(writes)
-        if writes:
-            m.record_savings(applied_events, writes)
-            m.window_entries.observe(window.entries)
-            m.flush_seconds.observe(duration)
-        now_ms = time.time() * 1000
-        for fold in window.parts.values():
-            for ts in (fold.min_ts_ms, fold.max_ts_ms):
-                if ts is not None:
-                    m.freshness_seconds.observe(max(0.0, (now_ms - ts) / 1000))
+        writes = sum(r.writes for r in results)
+        self.metrics.record_flush(
+            events=window.events, entries=window.entries, writes=writes, fenced=fenced, duration_s=duration
+        )
+        self.metrics.saturated.inc(saturated)
+        times = [ts for fold in window.parts.values() for ts in (fold.min_ts_ms, fold.max_ts_ms) if ts is not None]
+        self.metrics.record_freshness(time.time() * 1000, times)
         log.debug(
-            "flushed %d events as %d writes on %d boards in %.1f ms",
+            "flushed %d events as %d writes in %d batches in %.1f ms",
             window.events,
             writes,
             len(results),
@@ -524,13 +712,13 @@ class Worker:
         )
 
     async def _commit(self, offsets: dict[int, int]) -> None:
-        mine = {TopicPartition(self.settings.topic, p): o + 1 for p, o in offsets.items() if p in self._parts}
+        mine = {TopicPartition(self.settings.topic, p): o + 1 for p, o in offsets.items() if o >= 0}
         if not mine:
             return
         try:
             await self._consumer.commit(mine)
         except (KafkaError, AssertionError) as exc:  # CommitFailedError during a rebalance, among others
-            log.info("offset commit skipped (%r); Redis watermarks stay authoritative", exc)
+            log.info("offset commit skipped (%r); Redis checkpoints stay authoritative", exc)
 
     def _update_lag(self) -> None:
         for tp in self._tps(self._parts):

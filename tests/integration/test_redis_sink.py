@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from flusher.redis_sink import NO_WATERMARK, ExpectedWatermark, Outcome, RedisSink
+from flusher.batch import NO_WATERMARK, BoardBatch, ExpectedWatermark, Outcome
+from flusher.redis_sink import RedisSink
 from hotboard import keys
-from ingest.window import BoardBatch
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,8 @@ async def test_watermarks_load_per_partition_and_survive_script_flush(redis_clie
         [BoardBatch("g", {"a": 1}, {0: 5, 1: 7}), BoardBatch("s", {"a": 1}, {1: 3})],
         _expect({}),
     )
-    assert await sink.load_watermarks([0, 1, 2]) == {0: {"g": 5}, 1: {"g": 7, "s": 3}, 2: {}}
+    assert await sink.load_watermarks(0, ["g", "s"]) == {"g": 5, "s": NO_WATERMARK}
+    assert await sink.load_watermarks(1, ["g", "s", "never"]) == {"g": 7, "s": 3, "never": NO_WATERMARK}
     await redis_client.script_flush()  # as after a restart: EVALSHA answers NOSCRIPT, the sink reloads
     [res] = await sink.flush([BoardBatch("g", {"b": 2}, {2: 0})], _expect({}))
     assert res.outcome is Outcome.APPLIED
@@ -70,3 +71,32 @@ async def test_large_flush_is_exact_and_integer(redis_client: Redis) -> None:
     [res] = await sink.flush([BoardBatch("g", deltas, {0: 1})], _expect({}))
     assert res.outcome is Outcome.APPLIED and res.writes == len(deltas)
     assert await _board(redis_client, "g") == deltas
+
+
+async def test_totals_saturate_at_the_exact_range(redis_client: Redis) -> None:
+    """2,049 maximal deltas used to take a total past 2^64; now a total stops at 2^53-1 (and is counted)."""
+    sink = RedisSink(redis_client, "scores")
+    top = 2**53 - 1
+    results = [
+        (await sink.flush([BoardBatch("g", {"whale": top, "krill": -top}, {0: i})], _expect({("g", 0): i - 1})))[0]
+        for i in range(3)
+    ]
+    assert [r.outcome for r in results] == [Outcome.APPLIED] * 3
+    assert [r.saturated for r in results] == [0, 2, 2]
+    assert await _board(redis_client, "g") == {"whale": top, "krill": -top}
+    [back] = await sink.flush([BoardBatch("g", {"whale": -1}, {0: 3})], _expect({("g", 0): 2}))
+    assert back.saturated == 0 and (await _board(redis_client, "g"))["whale"] == top - 1
+
+
+async def test_checkpoints_move_only_from_the_expected_value(redis_client: Redis) -> None:
+    sink = RedisSink(redis_client, "scores")
+    assert await sink.load_checkpoints([0, 1]) == {}
+    first = await sink.advance_checkpoints({0: (NO_WATERMARK, 10), 1: (NO_WATERMARK, 3)})
+    assert [r.ok for r in first] == [True, True]
+    assert await sink.load_checkpoints([0, 1, 2]) == {0: 10, 1: 3}
+    # a stale writer (a zombie, or a worker that missed a FLUSHALL) is refused and told what Redis holds
+    stale = await sink.advance_checkpoints({0: (7, 12), 1: (3, 9)})
+    assert [(r.ok, r.previous) for r in stale] == [(False, 10), (True, 3)]
+    await redis_client.flushall()
+    [gone] = await sink.advance_checkpoints({1: (9, 20)})
+    assert not gone.ok and gone.previous == NO_WATERMARK

@@ -36,3 +36,26 @@ def test_probes_and_metrics(ready: bool, alive: bool) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_idle_connections_neither_block_probes_nor_stay_open() -> None:
+    """One idle TCP connection used to block /healthz, /readyz and /metrics (one connection at a time)."""
+    import socket
+    import time
+
+    port = free_port()
+    server = serve_ops("127.0.0.1", port, CollectorRegistry(), lambda: True, lambda: True, timeout_s=1.0)
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    try:
+        idle[1].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # trickling: headers never end
+        started = time.monotonic()
+        assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        assert time.monotonic() - started < 1.0, "a probe waited behind an idle connection"
+        for conn in idle:
+            conn.settimeout(5)
+            assert conn.recv(1024) in (b"", b"HTTP/1.0 408 Request Timeout\r\n"), "idle connection not closed"
+    finally:
+        for conn in idle:
+            conn.close()
+        server.shutdown()
+        server.server_close()

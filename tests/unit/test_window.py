@@ -1,4 +1,5 @@
-"""The fold: per-partition deltas, merged per board at flush time, with the watermark each board gets."""
+"""The fold: per-partition deltas, merged per board at flush time, with the watermark each board gets; the
+checked fold that skips what a board has already applied; bounded batches and exact deltas."""
 
 from __future__ import annotations
 
@@ -6,17 +7,28 @@ import random
 from collections import defaultdict
 from types import SimpleNamespace
 
+import orjson
 import pytest
 
+from flusher.batch import MAX_EXACT, BoardBatch
 from ingest.codec import Decoder, InvalidEvent
-from ingest.window import BoardBatch, PartitionFold, Window
-from ingest.worker import resume_offset
+from ingest.window import PartitionFold, Window, boards_to_check
+
+
+def _rec(offset: int, board: str, player: str, delta: int) -> SimpleNamespace:
+    return SimpleNamespace(offset=offset, value=orjson.dumps({"board": board, "player": player, "delta": delta}))
 
 
 def _fold(window: Window, partition: int, offset: int, board: str, player: str, delta: int) -> None:
-    fold = window.fold_for(partition)
-    fold.add(board, player, delta)
-    fold.last_offset = offset
+    fold = window.fold_for(partition, -1)
+    done = fold.fold_batch([_rec(offset, board, player, delta)], {board}, Decoder())
+    assert done.consumed == 1
+
+
+def _batches(w: Window, max_players: int = 10_000) -> dict[str, BoardBatch]:
+    batches, saturated = w.batches(max_players)
+    assert saturated == 0
+    return {b.board: b for b in batches}
 
 
 def test_fold_sums_per_board_and_player() -> None:
@@ -27,7 +39,7 @@ def test_fold_sums_per_board_and_player() -> None:
     _fold(w, 0, 3, "s", "a", 7)
     assert w.entries == 3
     assert w.events == 4
-    batches = {b.board: b for b in w.batches()}
+    batches = _batches(w)
     assert batches["g"] == BoardBatch("g", {"a": 3, "b": 1}, {0: 3})
     assert batches["s"] == BoardBatch("s", {"a": 7}, {0: 3})
 
@@ -38,12 +50,34 @@ def test_merge_across_partitions_sums_and_names_every_partition() -> None:
     _fold(w, 1, 20, "g", "a", 2)  # a producer that did not key by player: same player on two partitions
     _fold(w, 2, 30, "g", "c", 3)
     _fold(w, 2, 31, "other", "c", 4)
-    batches = {b.board: b for b in w.batches()}
+    batches = _batches(w)
     assert batches["g"].deltas == {"a": 3, "c": 3}
     assert batches["g"].offsets == {0: 10, 1: 20, 2: 31}
     assert batches["other"].offsets == {2: 31}
     # merging never mutates a partition's own dict (it is retried as is after a failed flush)
     assert w.parts[0].boards["g"] == {"a": 1}
+
+
+def test_batches_stay_within_max_players_without_splitting_a_partition() -> None:
+    w = Window()
+    for p in range(4):
+        for i in range(30):
+            _fold(w, p, i, "g", f"p{p}-{i}", 1)
+    batches, _ = w.batches(max_players=70)
+    assert [sorted(b.offsets) for b in batches] == [[0, 1], [2, 3]]
+    assert all(len(b.deltas) <= 70 for b in batches)
+    assert sum(len(b.deltas) for b in batches) == 120
+
+
+def test_a_window_sum_beyond_2_53_is_held_at_the_exact_range() -> None:
+    w = Window()
+    fold = w.fold_for(0, -1)
+    records = [_rec(i, "g", "whale", MAX_EXACT) for i in range(3)] + [_rec(3, "g", "minnow", -MAX_EXACT)]
+    fold.fold_batch(records, {"g"}, Decoder())
+    [batch], saturated = w.batches(10_000)
+    assert batch.deltas == {"whale": MAX_EXACT, "minnow": -MAX_EXACT}
+    assert saturated == 1
+    assert fold.boards["g"]["whale"] == 3 * MAX_EXACT  # the fold itself stays exact; only what is sent is held
 
 
 def test_totals_match_reference_for_random_streams() -> None:
@@ -54,7 +88,7 @@ def test_totals_match_reference_for_random_streams() -> None:
         p, board, player, delta = rng.randrange(4), rng.choice("abc"), f"p{rng.randrange(300)}", rng.randint(-9, 9)
         _fold(w, p, i, board, player, delta)
         ref[board, player] += delta
-    got = {(b.board, player): d for b in w.batches() for player, d in b.deltas.items()}
+    got = {(b.board, player): d for b in w.batches(10_000)[0] for player, d in b.deltas.items()}
     assert got == dict(ref)
 
 
@@ -63,14 +97,14 @@ def test_drop_forgets_only_the_revoked_partitions() -> None:
     _fold(w, 0, 1, "g", "a", 1)
     _fold(w, 1, 1, "g", "b", 1)
     w.drop([0])
-    assert [b.deltas for b in w.batches()] == [{"b": 1}]
+    assert [b.deltas for b in w.batches(10_000)[0]] == [{"b": 1}]
     assert w.offsets() == {1: 1}
 
 
 def test_empty_window_and_timestamps() -> None:
     w = Window()
-    assert w.is_empty() and w.batches() == [] and w.entries == 0
-    fold = w.fold_for(0)
+    assert w.is_empty() and w.batches(10) == ([], 0) and w.entries == 0
+    fold = w.fold_for(0, -1)
     assert w.is_empty()  # a fold with nothing in it is still empty
     fold.note_ts(5)
     fold.note_ts(3)
@@ -78,12 +112,70 @@ def test_empty_window_and_timestamps() -> None:
     assert (fold.min_ts_ms, fold.max_ts_ms) == (3, 9)
 
 
+def test_steady_fold_stops_at_the_first_board_not_known_past_its_watermark() -> None:
+    fold = PartitionFold()
+    records = [
+        _rec(0, "g", "a", 1),
+        SimpleNamespace(offset=1, value=b"junk"),
+        _rec(2, "new", "a", 5),
+        _rec(3, "g", "a", 1),
+    ]
+    done = fold.fold_batch(records, {"g"}, Decoder())
+    assert (done.consumed, done.applied, done.invalid) == (2, 1, 1)
+    assert fold.last_offset == 1 and fold.boards["g"] == {"a": 1}
+
+
 @pytest.mark.parametrize(
-    ("watermarks", "expected"),
-    [({}, None), ({"g": 41}, 42), ({"g": 41, "s": 7, "t": 100}, 8), ({"g": -1}, 0)],
+    ("watermark", "expected_new", "duplicates"),
+    [
+        (-1, {"a": 7}, 0),  # a board this partition never fed takes every event
+        (11, {"a": 5}, 1),  # applied up to 11 already: the event at 11 is skipped, 12 is new
+        (12, {}, 2),  # applied up to the end of the records: nothing new
+    ],
 )
-def test_resume_after_the_lowest_watermark(watermarks: dict[str, int], expected: int | None) -> None:
-    assert resume_offset(watermarks) == expected
+def test_checked_fold_skips_what_a_board_applied_and_then_clears_it(
+    watermark: int, expected_new: dict[str, int], duplicates: int
+) -> None:
+    fold = PartitionFold()
+    clear = {"g"}
+    watermarks = {"new": watermark}
+    records = [_rec(10, "g", "x", 1), _rec(11, "new", "a", 2), _rec(12, "new", "a", 5), _rec(13, "g", "x", 1)]
+    done = fold.fold_checked(records, watermarks, clear, Decoder())
+    assert done.duplicate == duplicates and done.applied == 4 - duplicates and done.consumed == 4
+    assert dict(fold.boards.get("new", {})) == expected_new and fold.boards["g"] == {"x": 2}
+    assert ("new" in clear) == (watermark < 12)
+    assert fold.last_offset == 13 and fold.events == 4 - duplicates
+
+
+def test_boards_to_check_lists_valid_unknown_boards_only() -> None:
+    records = [_rec(0, "g", "a", 1), _rec(1, "s", "a", 1), SimpleNamespace(offset=2, value=None)]
+    assert boards_to_check(records, {"g": 3}, Decoder()) == {"s"}
+
+
+def test_an_unexpected_error_leaves_no_delta_past_the_last_offset() -> None:
+    """A record whose value blows up mid-fold (here: a value that is not bytes at all) is dead-lettered; nothing
+    escapes, and every delta folded lies at or below last_offset."""
+
+    class Hostile(bytes):
+        def __len__(self) -> int:
+            raise RecursionError("hostile")
+
+    fold = PartitionFold()
+    records = [
+        _rec(0, "g", "a", 1),
+        SimpleNamespace(offset=1, value=Hostile(b'{"player":"b","delta":1}')),
+        _rec(2, "g", "c", 1),
+    ]
+    done = fold.fold_batch(records, {"g"}, Decoder())
+    assert done.consumed == 3 and done.invalid == 1
+    assert fold.boards["g"] == {"a": 1, "c": 1} and fold.last_offset == 2
+
+
+def test_deeply_nested_values_are_dead_lettered_not_raised() -> None:
+    deep = b'{"player": "p", "delta": 1, "op": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    fold = PartitionFold()
+    done = fold.fold_batch([SimpleNamespace(offset=0, value=deep)], {"global"}, Decoder())
+    assert done.invalid == 1 and fold.dead[0][1].reason.value == "unsupported_op"
 
 
 def _records(values: list[bytes | None]) -> list[SimpleNamespace]:
@@ -116,8 +208,8 @@ def test_fold_batch_agrees_with_the_codec_on_every_input() -> None:
     values.append(b'{"player": "p", "delta": 1, "pad": "' + b"x" * 65_536 + b'"}')
     fold = PartitionFold()
     decoder = Decoder()
-    decoder.known_boards.add("global")
-    folded = fold.fold_batch(_records(values), decoder)
+    clear = {"global", *(f"b{i}" for i in range(5))}
+    folded = fold.fold_batch(_records(values), clear, decoder)
 
     reference: defaultdict[tuple[str, str], int] = defaultdict(int)
     reasons: list[str] = []
@@ -131,7 +223,7 @@ def test_fold_batch_agrees_with_the_codec_on_every_input() -> None:
         reference[board, player] += delta
     got = {(board, player): d for board, deltas in fold.boards.items() for player, d in deltas.items()}
     assert got == dict(reference)
-    assert folded == len(values) - len(reasons) == fold.events
+    assert folded.consumed == len(values) and folded.applied == len(values) - len(reasons) == fold.events
     assert [exc.reason.value for _, exc in fold.dead] == reasons
     assert fold.entries == len(reference)
     assert fold.last_offset == len(values) - 1
