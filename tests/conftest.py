@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -30,7 +31,13 @@ def topic_factory(kafka: str) -> Callable[..., str]:
 
     def make(partitions: int = 8, prefix: str = "scores") -> str:
         name = f"{prefix}-{os.getpid()}-{next(_topic_ids)}"
-        asyncio.run(_create(kafka, name, partitions))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(_create(kafka, name, partitions))
+        else:  # called from an async test: its loop is busy running the test
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(asyncio.run, _create(kafka, name, partitions)).result()
         return name
 
     return make

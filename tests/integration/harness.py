@@ -10,13 +10,17 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from hotboard import keys
+from hotboard.devstack import free_port
 from hotboard.loadgen import PublishStats, generate, publish
 from ingest.codec import Event
 
@@ -76,6 +80,7 @@ class WorkerProcess:
                  window_ms: int = 500, extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
         self.name = name
         self.log_path = log_dir / f"{name}.log"
+        self.metrics_port = free_port()
         self.env = {
             **os.environ,
             "HOTBOARD_KAFKA": kafka,
@@ -83,7 +88,8 @@ class WorkerProcess:
             "HOTBOARD_TOPIC": topic,
             "HOTBOARD_GROUP": group,
             "HOTBOARD_WINDOW_MS": str(window_ms),
-            "HOTBOARD_METRICS_PORT": "0",
+            "HOTBOARD_METRICS_PORT": str(self.metrics_port),
+            "HOTBOARD_METRICS_HOST": "127.0.0.1",
             "HOTBOARD_SESSION_TIMEOUT_MS": "6000",
             "HOTBOARD_LOG_LEVEL": "INFO",
             **(extra_env or {}),
@@ -120,6 +126,48 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def status(self, path: str) -> int:
+        """HTTP status of the worker's ops endpoint at ``path`` (0 when it does not answer)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=2) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as err:
+            return int(err.code)
+        except OSError:
+            return 0
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of the worker's /metrics (0.0 when absent or the worker does not answer)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return float(sample.value)
+        return 0.0
+
+    def wait_metric(self, name: str, at_least: float, timeout_s: float = 60.0, **labels: str) -> float:
+        deadline = time.monotonic() + timeout_s
+        value = 0.0
+        while time.monotonic() < deadline:
+            value = self.metric(name, **labels)
+            if value >= at_least:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name}: {name}{labels} = {value}, wanted >= {at_least} within {timeout_s:.0f}s")
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.status("/readyz") == 200:
+                return
+            assert self.proc is not None and self.proc.poll() is None, f"{self.name} exited:\n{self.log()[-3000:]}"
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name} not ready within {timeout_s:.0f}s:\n{self.log()[-3000:]}")
 
     def cleanup(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

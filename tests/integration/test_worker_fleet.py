@@ -6,16 +6,14 @@ from __future__ import annotations
 import random
 import signal
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from hotboard.devstack import RedisServer
+from tests.integration.conftest import Spawn
 from tests.integration.harness import (
     Feeder,
-    WorkerProcess,
     skewed_events,
     totals_of,
     wait_exact,
@@ -24,25 +22,6 @@ from tests.integration.harness import (
 )
 
 pytestmark = pytest.mark.integration
-
-Spawn = Callable[..., WorkerProcess]
-
-
-@pytest.fixture
-def spawn(kafka: str, tmp_path: Path) -> Iterator[Spawn]:
-    """Factory of worker processes on one consumer group; all are killed at the end of the test."""
-    started: list[WorkerProcess] = []
-    group = f"g-{uuid.uuid4().hex[:8]}"
-
-    def make(redis_url: str, topic: str, name: str | None = None, **kw: object) -> WorkerProcess:
-        w = WorkerProcess(kafka=kafka, redis_url=redis_url, topic=topic, group=group, log_dir=tmp_path,
-                          name=name or f"w{len(started)}", **kw)  # type: ignore[arg-type]  # fmt: skip
-        started.append(w)
-        return w.start()
-
-    yield make
-    for w in started:
-        w.cleanup()
 
 
 @pytest.mark.parametrize("workers", [1, 3])

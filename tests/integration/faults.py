@@ -1,0 +1,115 @@
+"""Fault injection, in-process: a TCP proxy that can cut a worker off from Redis while Redis keeps running, and
+Kafka records no well-behaved producer writes (built with aiokafka's batch API)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.record.util import calc_crc32c
+
+from hotboard.devstack import free_port
+
+
+class TcpProxy:
+    """127.0.0.1:port -> target, on its own event loop thread. ``cut()`` closes every connection and refuses
+    new ones (a network partition: the server itself keeps running, same run_id); ``restore()`` heals it."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self._loop = asyncio.new_event_loop()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._cut = False
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TcpProxy:
+        self._thread.start()
+        assert self._ready.wait(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def cut(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._set_cut(True), self._loop).result(5)
+
+    def restore(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._set_cut(False), self._loop).result(5)
+
+    async def _set_cut(self, cut: bool) -> None:
+        self._cut = cut
+        if cut:
+            for writer in list(self._writers):
+                writer.transport.abort()
+            self._writers.clear()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._cut:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers.difference_update((writer, up_writer))
+
+
+async def send_raw(
+    kafka: str,
+    topic: str,
+    partition: int,
+    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]],
+    *,
+    patch: tuple[bytes, bytes] | None = None,
+) -> None:
+    """Send ``(key, value, headers)`` records as one batch, bypassing the producer's checks (null key and
+    value). ``patch`` replaces bytes in the built batch and fixes its CRC: a header name that is not UTF-8,
+    which only other clients (Go, librdkafka) write."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka, enable_idempotence=False, max_request_size=8 << 20, max_batch_size=4 << 20
+    )
+    await producer.start()
+    try:
+        batch: Any = producer.create_batch()
+        for key, value, headers in records:
+            assert batch.append(key=key, value=value, timestamp=None, headers=headers) is not None
+        if patch is not None:
+            buf = bytearray(batch._build())
+            old, new = patch
+            assert len(old) == len(new) and buf.count(old) == 1
+            buf = buf.replace(old, new)
+            buf[17:21] = calc_crc32c(bytes(buf[21:])).to_bytes(4, "big")  # v2 batch: CRC-32C of attributes..end
+            batch._buffer = buf
+        await (await producer.send_batch(batch, topic, partition=partition))
+    finally:
+        await producer.stop()

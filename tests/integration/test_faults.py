@@ -1,0 +1,431 @@
+"""The exactly-once guarantee under the faults an operations team would inject on purpose. Each test injects one
+fault through real processes and real servers and checks the boards against totals computed from the events
+themselves (or that the worker halts, loudly, where history is gone)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from redis.asyncio import Redis
+
+from flusher.batch import BoardBatch
+from flusher.redis_sink import RedisSink
+from hotboard import keys
+from hotboard.devstack import RedisServer
+from hotboard.loadgen import publish
+from hotboard.settings import WorkerSettings
+from ingest import dlq
+from ingest.codec import Event
+from ingest.kafka_config import consumer_config
+from ingest.partitions import HaltReason
+from ingest.worker import Worker
+from tests.integration.conftest import Spawn
+from tests.integration.faults import TcpProxy, send_raw
+from tests.integration.harness import Feeder, read_boards, skewed_events, totals_of, wait_exact
+
+pytestmark = pytest.mark.integration
+
+
+def _events(board: str, players: int, count: int, start: int = 0) -> list[Event]:
+    return [Event(board, f"{board}-p{(start + i) % players}", 1 + (start + i) % 5, None) for i in range(count)]
+
+
+def _settings(kafka: str, redis_url: str, topic: str, group: str, **kw: Any) -> WorkerSettings:
+    base: dict[str, Any] = {
+        "kafka": kafka,
+        "redis": redis_url,
+        "topic": topic,
+        "group": group,
+        "window_ms": 200,
+        "metrics_port": 0,
+        "session_timeout_ms": 6000,
+    }
+    return WorkerSettings(**{**base, **kw})
+
+
+async def _until(check: Callable[[], bool], task: asyncio.Task[None], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if task.done():
+            task.result()
+            raise AssertionError(f"worker stopped before {what}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def _run(settings: WorkerSettings, until: Callable[[Worker], bool], what: str,
+               patch: Callable[[Worker], Awaitable[None]] | None = None) -> Worker:  # fmt: skip
+    """An in-process worker until ``until(worker)`` holds; then a clean stop."""
+    async with Worker(settings, handle_signals=False) as worker:
+        if patch is not None:
+            await patch(worker)
+        task = asyncio.create_task(worker.run())
+        try:
+            await _until(lambda: until(worker), task, what)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+    return worker
+
+
+def _sample(worker: Worker, name: str, **labels: str) -> float:
+    return worker.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+# ---------------------------------------------------------------- 1. a rebalance during the flush backoff
+
+
+def test_rebalance_while_cut_off_from_redis_counts_nothing_twice(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    """A network cut between worker and Redis (Redis keeps running, same run_id), then a second member joins:
+    the first worker's revoked partitions must leave no pending state behind in either window."""
+    topic = topic_factory(8)
+    events = skewed_events(30_000, seed=23)
+    with TcpProxy(redis_server.port) as proxy:
+        first = spawn(proxy.url, topic, "first", extra_env={"HOTBOARD_BACKOFF_MAX_S": "1"})
+        first.wait_ready()
+        feeder = Feeder(kafka, topic, events, rate=2500)
+        feeder.start()
+        first.wait_metric("hotboard_windows_total", 2, result="flushed")
+        proxy.cut()
+        first.wait_metric("hotboard_windows_total", 1, result="failed")
+        folded = first.metric("hotboard_events_total", result="applied")
+        first.wait_metric("hotboard_events_total", folded + 2000, result="applied")  # pending while cut off
+        second = spawn(redis_server.url, topic, "second")
+        second.wait_ready()
+        first.wait_metric("hotboard_rebalances_total", 2)
+        proxy.restore()
+        feeder.finish()
+        wait_exact(redis_server.url, totals_of(events), timeout_s=90)
+
+
+# ---------------------------------------------------------------- 2. the resume point is a per-partition checkpoint
+
+
+async def test_a_board_whose_first_batch_was_lost_is_replayed(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str
+) -> None:
+    """A worker dies after the first board's script of a window reached Redis and before the second's: the
+    second board has no watermark on the partition, and must not be skipped by the next owner."""
+    topic = topic_factory(1)
+    events = _events("a", 5, 50) + _events("b", 5, 500)
+    await publish(kafka, topic, events)
+    group = f"g-{topic}"
+
+    async def crash_after_first_batch(worker: Worker) -> None:
+        real = worker._sink.flush
+
+        async def flush(batches: list[BoardBatch], expected: Any) -> Any:
+            await real(batches[:1], expected)
+            raise RuntimeError("injected: the worker dies mid-pipeline")
+
+        worker._sink.flush = flush  # type: ignore[method-assign]
+
+    settings = _settings(kafka, redis_url, topic, group, window_ms=3000)
+    with pytest.raises(RuntimeError, match="injected"):
+        await _run(settings, lambda w: False, "the injected crash", crash_after_first_batch)
+    half = read_boards(redis_url, ["a", "b"])
+    assert sum(map(len, half.values())) == 5, f"exactly one board took the window: {half}"
+    await _run(
+        _settings(kafka, redis_url, topic, group),
+        lambda w: read_boards(redis_url, ["a", "b"]) == totals_of(events),
+        "exact boards",
+    )
+
+
+async def test_a_partition_without_checkpoint_starts_at_the_beginning_not_the_committed_offset(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str
+) -> None:
+    topic = topic_factory(1)
+    events = _events("global", 7, 110)
+    await publish(kafka, topic, events)
+    group = f"g-{topic}"
+    tp = TopicPartition(topic, 0)
+    committer = AIOKafkaConsumer(bootstrap_servers=kafka, group_id=group, enable_auto_commit=False)
+    await committer.start()
+    try:
+        committer.assign([tp])
+        await committer.commit({tp: 100})  # an earlier run whose Redis writes are gone
+    finally:
+        await committer.stop()
+    expected = totals_of(events)
+    await _run(
+        _settings(kafka, redis_url, topic, group), lambda w: read_boards(redis_url, ["global"]) == expected, "exact"
+    )
+
+
+# ---------------------------------------------------------------- 3. Redis lost data
+
+
+def test_redis_emptied_while_running_is_rebuilt_from_the_log(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    """FLUSHALL (or an emptied volume, or no persistence) with the same run_id: the worker notices (its next
+    compare-and-set fails) and, the log still starting at 0, replays it."""
+    topic = topic_factory(4)
+    events = skewed_events(20_000, seed=29)
+    worker = spawn(redis_server.url, topic)
+    worker.wait_ready()
+    feeder = Feeder(kafka, topic, events, rate=4000)
+    feeder.start()
+    worker.wait_metric("hotboard_windows_total", 3, result="flushed")
+    redis.Redis.from_url(redis_server.url).flushall()
+    feeder.finish()
+    wait_exact(redis_server.url, totals_of(events), timeout_s=90)
+    assert (
+        worker.metric("hotboard_resyncs_total", reason="fenced")
+        + worker.metric("hotboard_resyncs_total", reason="checkpoint")
+        >= 1
+    )
+
+
+async def _log_starts_at(worker: Worker, start: int) -> None:
+    """Retention, simulated: the embedded broker has no DeleteRecords, so the worker is told the log starts
+    later than 0 (what a real Kafka answers after retention or DeleteRecords)."""
+    real = worker._consumer.beginning_offsets
+
+    async def beginning_offsets(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: max(o, start) for tp, o in (await real(tps)).items()}
+
+    worker._consumer.beginning_offsets = beginning_offsets  # type: ignore[method-assign]
+
+
+async def test_history_gone_from_redis_and_kafka_halts_loudly(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str
+) -> None:
+    topic = topic_factory(2)
+    events = _events("global", 9, 200)
+    await publish(kafka, topic, events)
+    group = f"g-{topic}"
+    settings = _settings(kafka, redis_url, topic, group)
+    await _run(settings, lambda w: read_boards(redis_url, ["global"]) == totals_of(events), "the first pass")
+    await Redis.from_url(redis_url).flushall()  # Redis comes back empty; the log has been trimmed meanwhile
+
+    async def trimmed(worker: Worker) -> None:
+        await _log_starts_at(worker, 60)
+
+    worker = await _run(settings, lambda w: len(w.halted) == 2, "both partitions to halt", trimmed)
+    assert {h.reason for h in worker.halted.values()} == {HaltReason.REDIS_LOST}
+    assert _sample(worker, "hotboard_redis_data_loss") == 2 and not worker.ready
+    assert read_boards(redis_url, ["global"]) == {"global": {}}, "a halted partition applies nothing"
+
+
+async def test_a_resume_point_deleted_by_retention_halts_and_counts_the_loss(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str
+) -> None:
+    topic = topic_factory(1)
+    await publish(kafka, topic, _events("global", 3, 100))
+    group = f"g-{topic}"
+    settings = _settings(kafka, redis_url, topic, group)
+    await _run(
+        settings, lambda w: all(st.checkpoint == 99 for st in w._parts.values()) and bool(w._parts), "checkpoint 99"
+    )
+    await publish(kafka, topic, _events("global", 3, 100, start=100))
+
+    async def trimmed(worker: Worker) -> None:
+        await _log_starts_at(worker, 150)
+
+    worker = await _run(settings, lambda w: bool(w.halted), "the halt", trimmed)
+    assert [h.reason for h in worker.halted.values()] == [HaltReason.RETENTION_LOST]
+    assert _sample(worker, "hotboard_records_lost_total") == 50
+
+
+# ---------------------------------------------------------------- 4. checkpoints tied to their log
+
+
+def test_checkpoints_beyond_the_log_end_halt_instead_of_skipping(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    """A topic deleted and re-created under the same name: Redis still holds the old log's positions."""
+    topic = topic_factory(1)
+    r = redis.Redis.from_url(redis_server.url)
+    r.hset(keys.checkpoint_key(topic), "0", 1000)
+    r.hset(keys.applied_key("global"), keys.watermark_field(topic, 0), 1000)
+    r.sadd(keys.BOARDS_KEY, "global")
+    Feeder(kafka, topic, _events("global", 5, 100), rate=0).finish()
+    worker = spawn(redis_server.url, topic)
+    worker.wait_metric("hotboard_redis_data_loss", 1)
+    assert worker.status("/readyz") == 503
+    assert read_boards(redis_server.url, ["global"]) == {"global": {}}
+
+
+# ---------------------------------------------------------------- 5. a quiet board does not pin the replay
+
+
+def test_a_board_fed_once_long_ago_does_not_pin_the_replay(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    topic = topic_factory(1)
+    events = _events("quiet", 1, 1) + _events("busy", 1000, 120_000)
+    Feeder(kafka, topic, events, rate=0).finish()
+    first = spawn(redis_server.url, topic, "first")
+    wait_exact(redis_server.url, totals_of(events), timeout_s=120)
+    r = redis.Redis.from_url(redis_server.url)
+    deadline = time.monotonic() + 30
+    while r.hget(keys.checkpoint_key(topic), "0") != str(len(events) - 1).encode():
+        assert time.monotonic() < deadline, "the checkpoint never reached the last offset"
+        time.sleep(0.1)
+    first.kill()
+    again = spawn(redis_server.url, topic, "again")
+    again.wait_ready()
+    more = _events("busy", 1000, 10, start=7)
+    Feeder(kafka, topic, more, rate=0).finish()
+    wait_exact(redis_server.url, totals_of(events + more), timeout_s=60)
+    assert again.metric("hotboard_events_total", result="duplicate") < 1200
+
+
+# ---------------------------------------------------------------- 7. committed reads only
+
+
+def test_the_worker_reads_committed_records_only() -> None:
+    """An aborted transaction must not be counted. The embedded broker cannot run transactions
+    (InitProducerId), so this pins the configuration both the worker and the benchmark use."""
+    config = consumer_config(WorkerSettings())
+    assert config["isolation_level"] == "read_committed"
+    assert config["auto_offset_reset"] == "none"
+
+
+# ---------------------------------------------------------------- 8 and 9. no single record stops a worker
+
+
+async def _read_topic(kafka: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[Any]:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    out: list[Any] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while len(out) < expected and time.monotonic() < deadline:
+            for recs in (await consumer.getmany(timeout_ms=500)).values():
+                out.extend(recs)
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def test_poison_neither_stalls_nor_crashes_a_worker(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    topic = topic_factory(1)
+    good = [_events("global", 4, 20, start=i * 20) for i in range(5)]
+    deep = b'{"player": "p", "delta": 1, "op": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    huge = b'{"player": "p", "delta": 1, "pad": "' + b"x" * (1 << 20) + b'"}'
+
+    def raw(events: list[Event]) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+        return [(e.player.encode(), orjson.dumps({"player": e.player, "delta": e.delta}), []) for e in events]
+
+    await send_raw(kafka, topic, 0, [*raw(good[0]), (b"k", deep, [])])
+    await send_raw(kafka, topic, 0, [*raw(good[1]), (None, None, [])])
+    await send_raw(kafka, topic, 0, [*raw(good[2]), (b"k", huge, [("trace", b"t" * 100)])])
+    await send_raw(kafka, topic, 0, [*raw(good[3]), (b"k", b'{"player":"p","delta":1}', [("XX", b"v")])],
+                   patch=(b"XX", b"\xff\xfe"))  # fmt: skip
+    await send_raw(kafka, topic, 0, raw(good[4]))
+    worker = spawn(redis_server.url, topic)
+    everything = [e for chunk in good for e in chunk]
+    wait_exact(redis_server.url, totals_of(everything), timeout_s=90)
+    worker.wait_metric("hotboard_events_total", 4, result="invalid")
+    letters = await _read_topic(kafka, f"{topic}.dlq", 4)
+    reasons = {dict(r.headers)[dlq.ERROR_HEADER].decode().split(":")[0]: r for r in letters}
+    assert sorted(reasons) == ["not_json", "too_large", "unreadable", "unsupported_op"], reasons
+    null = dict(reasons["not_json"].headers)
+    assert null[dlq.NULL_HEADER] == b"key,value"
+    big = reasons["too_large"]
+    big_headers = dict(big.headers)
+    assert int(big_headers[dlq.VALUE_SIZE_HEADER]) == len(huge)
+    assert big_headers[dlq.VALUE_SHA256_HEADER].decode() == hashlib.sha256(huge).hexdigest()
+    assert len(big.value) < 200_000 and big_headers["trace"] == b"t" * 100
+    assert worker.status("/readyz") == 200 and worker.status("/healthz") == 200
+    assert worker.proc is not None and worker.proc.poll() is None
+
+
+def test_dead_letters_count_against_the_backpressure_bound(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    """A DLQ that refuses everything: letters wait in memory, so they count against the bound."""
+    topic = topic_factory(1)
+    bad = [(f"k{i}".encode(), b"not json") for i in range(3000)]
+    Feeder(kafka, topic, bad, rate=0).finish()
+    worker = spawn(redis_server.url, topic, extra_env={
+        "HOTBOARD_DLQ_TOPIC": "no such topic!", "HOTBOARD_MAX_PENDING_ENTRIES": "300",
+        "HOTBOARD_MAX_POLL_RECORDS": "100", "HOTBOARD_DLQ_SEND_TIMEOUT_S": "0.5",
+    })  # fmt: skip
+    worker.wait_metric("hotboard_backpressure_paused", 1)
+    worker.wait_metric("hotboard_dlq_failures_total", 1)
+    pending = worker.metric("hotboard_pending_entries")
+    assert 300 <= pending <= 300 + 100, pending
+    assert worker.metric("hotboard_events_total", result="invalid") <= 400
+
+
+# ---------------------------------------------------------------- 10. bounded work per script
+
+
+def test_a_huge_window_is_flushed_as_short_scripts(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    topic = topic_factory(1)
+    events = _events("global", 100_000, 100_000)
+    r = redis.Redis.from_url(redis_server.url)
+    r.config_set("slowlog-log-slower-than", 50_000)  # microseconds
+    r.slowlog_reset()
+    Feeder(kafka, topic, events, rate=0).finish()
+    spawn(redis_server.url, topic, window_ms=5000)
+    wait_exact(redis_server.url, totals_of(events), timeout_s=120)
+    slow = [(e["duration"], e["command"][:40]) for e in r.slowlog_get(128)]
+    assert not slow, f"scripts over 50 ms: {slow}"
+
+
+# ---------------------------------------------------------------- 11. totals beyond the exact range
+
+
+async def test_totals_saturate_and_the_top_page_still_answers(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str
+) -> None:
+    topic = topic_factory(1)
+    top = 2**53 - 1
+    events = [Event("global", "whale", top, None)] * 2049 + [Event("global", "krill", -top, None)] * 3
+    await publish(kafka, topic, events)
+    worker = await _run(
+        _settings(kafka, redis_url, topic, f"g-{topic}"),
+        lambda w: read_boards(redis_url, ["global"]) == {"global": {"whale": top, "krill": -top}},
+        "saturated totals",
+    )
+    assert _sample(worker, "hotboard_saturated_total") >= 2
+    sink_scores = await Redis.from_url(redis_url).zrange(keys.board_key("global"), 0, -1, withscores=True)
+    assert all(abs(score) <= top for _, score in sink_scores)
+    assert RedisSink  # the sink applies the same bound for any writer (see test_redis_sink)
+
+
+# ---------------------------------------------------------------- shutdown keeps its promise
+
+
+def test_sigterm_exits_in_time_while_redis_is_frozen(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    """A Redis that accepts and never answers (SIGSTOP): the drain is bounded by its budget, not by a socket
+    timeout, and the next owner replays what was not flushed."""
+    topic = topic_factory(4)
+    events = skewed_events(10_000, seed=31)
+    worker = spawn(redis_server.url, topic, extra_env={"HOTBOARD_REDIS_TIMEOUT_S": "30"})
+    worker.wait_ready()
+    feeder = Feeder(kafka, topic, events, rate=3000)
+    feeder.start()
+    worker.wait_metric("hotboard_windows_total", 2, result="flushed")
+    assert redis_server.proc is not None
+    redis_server.proc.send_signal(signal.SIGSTOP)
+    try:
+        rc, took = worker.terminate()
+    finally:
+        redis_server.proc.send_signal(signal.SIGCONT)
+    assert rc == 0 and took < 10, (rc, took)
+    feeder.finish()
+    spawn(redis_server.url, topic)
+    wait_exact(redis_server.url, totals_of(events), timeout_s=90)
