@@ -19,7 +19,6 @@ WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 class _QuietHandler(WSGIRequestHandler):
-
     def log_message(self, format: str, *args: Any) -> None:  # scrapes every second would flood the log
         pass
 

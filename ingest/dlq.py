@@ -34,6 +34,8 @@ HEADERS_DROPPED_HEADER = "hotboard-headers-dropped"
 
 #: Bytes kept of an original key; the rest of a letter's budget goes to the value and headers.
 KEY_BUDGET = 1024
+#: Bytes of the letter budget the original headers may take at most.
+HEADERS_BUDGET = 16 * 1024
 #: Bytes of the letter budget reserved for hotboard's own headers and record overhead.
 OWN_BUDGET = 2048
 
@@ -81,22 +83,24 @@ def build(
         own.append((KEY_SIZE_HEADER, str(len(key)).encode()))
         key = key[:KEY_BUDGET]
     budget = max(0, max_bytes - OWN_BUDGET - len(key or b""))
+    # The original headers first (tracing ids and the like are what an operator looks for), then the value.
+    header_budget = min(HEADERS_BUDGET, budget)
+    kept: list[tuple[str, bytes]] = []
+    dropped = 0
+    for name, data in headers or ():
+        size = len(name) + len(data or b"")
+        if size <= header_budget:
+            kept.append((name, data or b""))
+            header_budget -= size
+            budget -= size
+        else:
+            dropped += 1
     if value is not None and len(value) > budget:
         own += [
             (VALUE_SIZE_HEADER, str(len(value)).encode()),
             (VALUE_SHA256_HEADER, hashlib.sha256(value).hexdigest().encode()),
         ]
         value = value[:budget]
-    budget -= len(value or b"")
-    kept: list[tuple[str, bytes]] = []
-    dropped = 0
-    for name, data in headers or ():
-        size = len(name) + len(data or b"")
-        if size <= budget:
-            kept.append((name, data or b""))
-            budget -= size
-        else:
-            dropped += 1
     if dropped:
         own.append((HEADERS_DROPPED_HEADER, str(dropped).encode()))
     if key is None and value is None:
@@ -139,37 +143,32 @@ class DeadLetters:
         self._outbox = [item for item in self._outbox if item.partition not in partitions]
 
     async def send_pending(self) -> int:
-        """Send the outbox and wait (bounded) for the acknowledgements; what the broker refused stays for the
-        next flush. Returns the letters sent."""
+        """Send the outbox and wait for the acknowledgements, all within ``send_timeout_s``; what the broker
+        refused or did not acknowledge in time stays for the next flush. Returns the letters sent."""
         if not self._outbox:
             return 0
         batch, self._outbox = self._outbox, []
-        futures: list[asyncio.Future[Any] | None] = []
-        for item in batch:
-            try:
-                futures.append(
-                    await self._producer.send(
-                        self.topic, value=item.value, key=item.key, headers=item.headers, partition=None
-                    )
-                )
-            except (KafkaError, AssertionError, ValueError, TypeError) as exc:
-                log.warning("dead letter %d:%d refused by the producer: %r", item.partition, item.offset, exc)
-                futures.append(None)
-        results: list[Any] = []
-        pending_futures = [f for f in futures if f is not None]
-        if pending_futures:
-            done, _ = await asyncio.wait(pending_futures, timeout=self._timeout_s)
-        else:
-            done = set()
-        sent = 0
-        for item, future in zip(batch, futures, strict=True):
-            ok = future is not None and future in done and not future.cancelled() and future.exception() is None
-            if ok:
-                sent += 1
-            else:
-                results.append(item)
-        if results:
-            self.failures += len(results)
-            log.warning("%d dead letters not acknowledged by %s; kept for the next flush", len(results), self.topic)
-        self._outbox = results + self._outbox
-        return sent
+        futures: dict[int, asyncio.Future[Any]] = {}
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                for i, item in enumerate(batch):
+                    try:
+                        futures[i] = await self._producer.send(
+                            self.topic, value=item.value, key=item.key, headers=item.headers
+                        )
+                    except (KafkaError, AssertionError, ValueError, TypeError) as exc:
+                        log.warning("dead letter %d:%d refused: %r", item.partition, item.offset, exc)
+                if futures:
+                    await asyncio.wait(futures.values())
+        except TimeoutError:
+            pass  # what is not acknowledged by now stays in the outbox
+        kept = [
+            item
+            for i, item in enumerate(batch)
+            if (f := futures.get(i)) is None or not f.done() or f.cancelled() or f.exception() is not None
+        ]
+        if kept:
+            self.failures += len(kept)
+            log.warning("%d dead letters not acknowledged by %s; kept for the next flush", len(kept), self.topic)
+        self._outbox = kept + self._outbox
+        return len(batch) - len(kept)

@@ -294,45 +294,50 @@ class Worker:
         m.events.labels("applied").inc(applied)
         m.events.labels("invalid").inc(invalid)
         m.events.labels("duplicate").inc(duplicate)
-        if self._active.largest_board() >= self.settings.max_script_players:
-            self._seal()  # bounded scripts: a board's share of one partition never outgrows one short script
 
     async def _fold_partition(self, tp: TopicPartition, records: list[Any]) -> list[Folded]:
         """The steady fold while every board is past its watermark; the checked fold from the first event whose
-        board is not (its watermark looked up first, the one await in here)."""
+        board is not (its watermark looked up first, the one await in here). In chunks, sealing the window when
+        a board's share reaches ``max_script_players``: no script ever carries much more than that."""
         state = self._parts.get(tp.partition)
         if state is None or not state.ready or not records:
             return []  # not ours (any more) or not positioned yet: these records are fetched again
         i = 0
         while i < len(records) and records[i].offset < state.next_offset:
             i += 1  # re-delivered after a seek: folded already
-        if i == len(records):
-            return []
-        rest = records[i:] if i else records
-        fold = self._active.fold_for(tp.partition, state.next_offset - 1)
-        steady = fold.fold_batch(rest, state.clear, self._decoder)
-        state.next_offset = max(state.next_offset, fold.last_offset + 1)
-        if steady.consumed == len(rest):
-            return [steady]
-        rest = rest[steady.consumed :]
-        unknown = boards_to_check(rest, state.watermarks, self._decoder)
-        if unknown:
-            try:
-                marks = await self._sink.load_watermarks(tp.partition, unknown)
-            except TRANSIENT as exc:
-                self._consumer.seek(tp, state.next_offset)  # fetched again once Redis answers
-                log.warning("cannot read watermarks of partition %d (%r); retrying", tp.partition, exc)
-                await wait_or_stop(self._stopping, self._backoff.next_delay())
-                return [steady]
-            if self._parts.get(tp.partition) is not state or not state.ready:
-                return [steady]  # revoked or resynchronised while we waited
-            state.watermarks.update(marks)
-        fold = self._active.fold_for(tp.partition, state.next_offset - 1)  # the window may have been sealed
-        checked = fold.fold_checked(rest, state.watermarks, state.clear, self._decoder)
-        state.next_offset = max(state.next_offset, fold.last_offset + 1)
-        return [steady, checked]
+        cap = self.settings.max_script_players
+        step = max(100, cap // 4)
+        out: list[Folded] = []
+        while i < len(records):
+            chunk = records[i : i + step] if i or len(records) > step else records
+            fold = self._active.fold_for(tp.partition, state.next_offset - 1)
+            steady = fold.fold_batch(chunk, state.clear, self._decoder)
+            out.append(steady)
+            state.next_offset = max(state.next_offset, fold.last_offset + 1)
+            if steady.consumed < len(chunk):
+                rest = chunk[steady.consumed :]
+                unknown = boards_to_check(rest, state.watermarks, self._decoder)
+                if unknown:
+                    try:
+                        marks = await self._sink.load_watermarks(tp.partition, unknown)
+                    except TRANSIENT as exc:
+                        self._consumer.seek(tp, state.next_offset)  # fetched again once Redis answers
+                        log.warning("cannot read watermarks of partition %d (%r); retrying", tp.partition, exc)
+                        await wait_or_stop(self._stopping, self._backoff.next_delay())
+                        return out
+                    if self._parts.get(tp.partition) is not state or not state.ready:
+                        return out  # revoked or resynchronised while we waited
+                    state.watermarks.update(marks)
+                fold = self._active.fold_for(tp.partition, state.next_offset - 1)  # the window may have been sealed
+                out.append(fold.fold_checked(rest, state.watermarks, state.clear, self._decoder))
+                state.next_offset = max(state.next_offset, fold.last_offset + 1)
+            i += len(chunk)
+            if fold.largest_board() >= cap:
+                self._seal()
+        return out
 
     def _seal(self) -> None:
+        """Close the active window; the flush loop sends sealed windows oldest first."""
         if not self._active.is_empty():
             self._sealed.append(self._active)
             self._active = Window()
@@ -488,32 +493,38 @@ class Worker:
                 )
 
     async def _skip_unreadable(self, error: Exception) -> None:
-        """Probe each partition alone from where we are; the one whose fetch fails again holds the record."""
+        """Walk each partition one record at a time from where we are: the call that fails again stops right
+        before the unreadable record (the position is where it lies). Bounded per partition by
+        ``max_poll_records``; a partition not reached this time is walked again on the next failure."""
         log.warning("the Kafka client could not parse a record (%r); finding it", error)
         ready = [p for p, st in self._parts.items() if st.ready]
         for p in ready:
             self._consumer.seek(TopicPartition(self.settings.topic, p), self._parts[p].next_offset)
         for p in ready:
             tp = TopicPartition(self.settings.topic, p)
+            walked: list[Any] = []
             try:
-                batch = await self._consumer.getmany(tp, timeout_ms=1000, max_records=self.settings.max_poll_records)
+                while len(walked) < self.settings.max_poll_records:
+                    batch = await self._consumer.getmany(tp, timeout_ms=200, max_records=1)
+                    if not batch.get(tp):
+                        break
+                    walked.extend(batch[tp])
             except (UnicodeDecodeError, ValueError) as exc:
-                await self._consumer.getmany(tp, timeout_ms=0)  # settles the position on the unreadable record
+                await self._fold({tp: walked})
                 state = self._parts.get(p)
                 if state is None or not state.ready:
                     continue
-                offset = await self._consumer.position(tp)
+                offset = max(await self._consumer.position(tp), state.next_offset)
                 fold = self._active.fold_for(p, state.next_offset - 1)
-                error_ = InvalidEvent(Reason.UNREADABLE, f"the Kafka client cannot parse this record: {exc!r}"[:500])
-                fold.dead.append((Unreadable(self.settings.topic, p, offset), error_))
+                reason = InvalidEvent(Reason.UNREADABLE, f"the Kafka client cannot parse this record: {exc!r}"[:500])
+                fold.dead.append((Unreadable(self.settings.topic, p, offset), reason))
                 fold.last_offset = offset
                 state.next_offset = offset + 1
                 self._consumer.seek(tp, offset + 1)
                 self.metrics.events.labels("invalid").inc()
                 log.warning("partition %d offset %d is unreadable; dead-lettered and skipped", p, offset)
                 continue
-            if batch:
-                await self._fold(batch)
+            await self._fold({tp: walked})
 
     def _drop_pending(self, partitions: Iterable[int]) -> None:
         gone = set(partitions)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from concurrent.futures import ThreadPoolExecutor
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
