@@ -37,13 +37,20 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 from redis.asyncio import Redis
 
-from flusher.batch import BOOKKEEPING_WRITES_PER_BOARD, NO_WATERMARK, BoardBatch, Outcome
+from flusher.batch import (
+    BOOKKEEPING_WRITES_PER_BOARD,
+    CHECKPOINT_WRITES_PER_PARTITION,
+    NO_WATERMARK,
+    BoardBatch,
+    Outcome,
+)
 from flusher.redis_sink import RedisSink
 from hotboard import keys
 from hotboard.devstack import KafkaBroker, RedisServer, create_topic, free_port
 from hotboard.loadgen import generate, publish
 from hotboard.settings import WorkerSettings
 from ingest.codec import Event
+from ingest.kafka_config import consumer_config
 from ingest.worker import FlushReport, Worker
 
 T = TypeVar("T")
@@ -114,27 +121,20 @@ class FetchRun:
         return (self.events - self.first_batch) / max(1e-9, self.t_end - self.t_first)
 
 
-def consumer_config(settings: WorkerSettings) -> dict[str, Any]:
-    """The fetch-relevant settings of Worker.__aenter__, so the ceiling fetches exactly like the worker."""
-    s = settings.session_timeout_ms
+def ceiling_config(settings: WorkerSettings) -> dict[str, Any]:
+    """The worker's own consumer configuration (one definition, ``ingest.kafka_config``), in a fresh group that
+    starts at the beginning: the ceiling has no checkpoints to seek from."""
     return {
-        "enable_auto_commit": False,
+        **consumer_config(settings),
+        "group_id": f"ceiling-{uuid.uuid4().hex[:8]}",
         "auto_offset_reset": "earliest",
-        "session_timeout_ms": s,
-        "heartbeat_interval_ms": max(100, s // 6),
-        "max_poll_interval_ms": max(60_000, s * 3),
-        "request_timeout_ms": max(30_000, s + 5000),
-        "max_partition_fetch_bytes": 4 * 1024 * 1024,
-        "fetch_max_bytes": 32 * 1024 * 1024,
     }
 
 
 async def fetch_ceiling(bootstrap: str, pre: Preload, settings: WorkerSettings, timeout_s: float) -> FetchRun:
     """Fetch-only consumer in its own fresh group: counts records, spot-checks the last one per batch (a dict
     lookup per partition per getmany, negligible) so the offset model of our preload is verified for free."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=f"ceiling-{uuid.uuid4().hex[:8]}", **consumer_config(settings)
-    )
+    consumer = AIOKafkaConsumer(**{**ceiling_config(settings), "bootstrap_servers": bootstrap})
     consumer.subscribe([TOPIC])
     await asyncio.wait_for(consumer.start(), 30)
     try:
@@ -369,7 +369,7 @@ class Accounting:
 
 def minimum_writes(pre: Preload, reports: list[tuple[float, FlushReport]]) -> Accounting:
     """Sum over flushes of distinct board-player pairs in the offset ranges each flush covered, plus the fixed
-    bookkeeping per board that flush touched, computed from our own events and the reports' offset ranges."""
+    bookkeeping per board batch and per partition checkpoint, computed from our own events and the reports."""
     events = pre.events
     prev = {p: -1 for p in pre.by_partition}
     pairs_total = bookkeeping = zero_noops = 0
@@ -387,7 +387,10 @@ def minimum_writes(pre: Preload, reports: list[tuple[float, FlushReport]]) -> Ac
         boards = {b for b, _ in pairs}
         boards_match &= boards == {r.board for r in report.results}
         pairs_total += len(pairs)
-        bookkeeping += BOOKKEEPING_WRITES_PER_BOARD * len(boards)
+        # per board batch (a board's share of a window may be split into several short scripts), plus the
+        # checkpoint of every partition the flush covered
+        bookkeeping += BOOKKEEPING_WRITES_PER_BOARD * len(report.results)
+        bookkeeping += CHECKPOINT_WRITES_PER_PARTITION * len(report.offsets)
     covered_ok = all(prev[p] == pre.end(p) - 1 for p in pre.by_partition)
     return Accounting(pairs_total + bookkeeping, pairs_total, bookkeeping, covered_ok, boards_match, zero_noops)
 

@@ -19,6 +19,9 @@ MAX_EXACT = 2**53 - 1
 #: meta as_of HSET. Part of the "minimum possible writes" the benchmark checks against.
 BOOKKEEPING_WRITES_PER_BOARD = 3
 
+#: Redis writes per partition per flush: the checkpoint HSET.
+CHECKPOINT_WRITES_PER_PARTITION = 1
+
 
 @dataclass(slots=True)
 class BoardBatch:

@@ -114,6 +114,8 @@ class Worker:
         self._backoff = Backoff(cap_s=settings.backoff_max_s)
         self._heartbeat = time.monotonic()
         self._flusher: asyncio.Task[None] | None = None
+        #: An unexpected error met inside a rebalance callback (which the consumer would swallow): run() raises it.
+        self._failure: Exception | None = None
         self.flushes = 0
         self.fenced = 0
         self.failed_flushes = 0
@@ -131,7 +133,7 @@ class Worker:
     @property
     def alive(self) -> bool:
         """Kubernetes liveness: the flush loop runs and ticked lately (every window, or every backoff step)."""
-        if self._flusher is not None and self._flusher.done():
+        if (self._flusher is not None and self._flusher.done()) or self._failure is not None:
             return False
         return time.monotonic() - self._heartbeat < max(LIVENESS_STALE_S, 10 * self.settings.window_s)
 
@@ -229,6 +231,8 @@ class Worker:
                 if self._flusher.done():
                     self._flusher.result()  # raises what killed it
                     raise RuntimeError("the flush loop ended on its own")
+                if self._failure is not None:
+                    raise self._failure
                 await self._init_partitions()
                 await self._poll()
             clean = True
@@ -414,13 +418,21 @@ class Worker:
     ) -> None:
         state = self._parts[p]
         decision = position(checkpoint, committed, start)
+        high = self._consumer.highwater(tp)
+        if isinstance(decision, Seek) and high is not None and decision.offset > high:
+            decision = Halt(
+                HaltReason.BEYOND_LOG_END,
+                f"checkpoint {checkpoint} lies past the log end {high}: the topic was re-created, or the cluster "
+                "rebuilt",
+            )
         if isinstance(decision, Halt):
             self._halt(state, decision)
             return
-        assert isinstance(decision, Seek)
         self._consumer.seek(tp, decision.offset)
         state.reset(NO_WATERMARK if checkpoint is None else checkpoint, decision.offset)
         state.positioned_poll_ms = self._consumer.last_poll_timestamp(tp)
+        if self._pauses.paused_for(PauseReason.BACKPRESSURE):
+            self._pauses.pause([p], PauseReason.BACKPRESSURE)  # the bound holds for newly positioned ones too
         self._release([p], PauseReason.HALTED)
         self._release([p], PauseReason.POSITIONING)
         log.info("partition %d resumes at %d (checkpoint %s)", p, decision.offset, checkpoint)
@@ -562,22 +574,26 @@ class Worker:
         if not gone:
             return
         async with self._lock:
-            # 1. flush everything pending, sealed and active, so the next owner starts where we stopped
+            flushed = False
             try:
+                # 1. flush everything pending, sealed and active, so the next owner starts where we stopped
                 async with asyncio.timeout(self.settings.revoke_flush_timeout_s):
                     flushed = await self._flush_all()
             except TimeoutError:
-                flushed = False
-            if not flushed:
-                log.warning("could not flush before revoke; dropping pending work of partitions %s", gone)
-            # 2. whatever is left of them goes: the next owner (maybe us again) replays it from the checkpoints
-            self._drop_pending(gone)
-            self._pauses.forget(gone)
-            for p in gone:
-                self._parts.pop(p, None)
-                with contextlib.suppress(KeyError):
-                    self.metrics.consumer_lag.remove(str(p))
-            self._update_halts()
+                pass
+            except Exception as exc:  # noqa: BLE001 - the consumer would swallow it: hand it to run() instead
+                self._failure = exc
+            finally:
+                # 2. whatever is left of them goes: the next owner (maybe us again) replays it from the checkpoints
+                if not flushed:
+                    log.warning("could not flush before revoke; dropping pending work of partitions %s", gone)
+                self._drop_pending(gone)
+                self._pauses.forget(gone)
+                for p in gone:
+                    self._parts.pop(p, None)
+                    with contextlib.suppress(KeyError):
+                        self.metrics.consumer_lag.remove(str(p))
+                self._update_halts()
         log.info("revoked partitions %s", sorted(gone))
 
     # ---------------------------------------------------------------- flush
