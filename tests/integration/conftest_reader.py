@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 
 import httpx
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from hotboard.devstack import LOOPBACK, free_port, stop_process
 
@@ -24,7 +24,7 @@ def reference_ranking(scores: Mapping[str, int]) -> list[tuple[int, str, int]]:
 
 
 @contextlib.asynccontextmanager
-async def asgi_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+async def asgi_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     """httpx's ASGITransport does not run the lifespan; run it around the client."""
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

@@ -80,6 +80,11 @@ def test_dockerfile_is_multi_stage_non_root_with_hotboard_entrypoint() -> None:
     assert "ARG PYTHON_IMAGE=python:3.11-slim" in text
     assert all(f == "${PYTHON_IMAGE}" for f in froms)
     assert re.search(r"pip install .*\s\.\s", text), "installs the project from the repo root context"
+    # dependencies come from the lock, copied (and installed) before the source so that layer is cached
+    lock = text.index("COPY requirements/prod.txt")
+    assert "--require-hashes -r requirements/prod.txt" in text
+    assert lock < text.index("COPY . /src")
+    assert re.search(r"pip install .*--no-deps \.\s", text), "the project adds nothing the lock lacks"
     users = re.findall(r"^USER\s+(\S+)", text, flags=re.M)
     assert users, "runs as a non-root user"
     assert users[-1].split(":")[0] not in {"root", "0"}
