@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hotboard import __version__
 from hotboard.devstack import DevStack, StackError, require_free
 from hotboard.settings import WorkerSettings
 
@@ -217,6 +218,7 @@ def _api_available() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hotboard", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"hotboard {__version__}")
     parser.add_argument("--log-level", default=os.environ.get("HOTBOARD_LOG_LEVEL", "INFO"))
     sub = parser.add_subparsers(dest="command", required=True)
     _worker_parser(sub)

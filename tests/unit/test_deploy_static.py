@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+import hotboard
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose" / "docker-compose.yml"
@@ -36,7 +38,10 @@ WORKERS = ("worker-1", "worker-2", "worker-3")
 
 
 def version() -> str:
-    return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
+    """The package's version, defined once in pyproject.toml; the installed metadata must agree with it."""
+    declared = str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
+    assert hotboard.__version__ == declared, "reinstall (./dev install) after changing the version"
+    return declared
 
 
 def compose() -> dict[str, Any]:
@@ -119,7 +124,7 @@ def test_compose_config_with_docker_cli() -> None:
 def test_compose_services_images_and_ports() -> None:
     services = compose()["services"]
     assert set(services) >= {"kafka", "kafka-init", "redis", *WORKERS, "api", "loadgen", "prometheus", "grafana"}
-    image = f"hotboard:{version()}"
+    image = "hotboard:local"  # built by compose itself; a release tags the image with version()
     for name in (*WORKERS, "api", "loadgen"):
         svc = services[name]
         assert svc["image"] == image, name
