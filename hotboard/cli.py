@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from hotboard import __version__
 from hotboard.devstack import DevStack, StackError, require_free
-from hotboard.settings import WorkerSettings
+from hotboard.settings import LogSettings, WorkerSettings
+from hotboard.settings_cli import add_options, settings_from
 
 EXIT_CONFIG = 2
 EXIT_UNAVAILABLE = 3
@@ -36,28 +37,13 @@ def _setup_logging(level: str) -> None:
 
 def _worker_parser(sub: Any) -> None:
     p = sub.add_parser("worker", help="run one worker (scale out by starting more with the same --group)")
-    p.add_argument("--kafka", help="bootstrap HOST:PORT (HOTBOARD_KAFKA, default 127.0.0.1:9092)")
-    p.add_argument("--redis", help="Redis URL (HOTBOARD_REDIS, default redis://127.0.0.1:6379/0)")
-    p.add_argument("--topic", help="score topic (HOTBOARD_TOPIC, default scores)")
-    p.add_argument("--group", help="consumer group (HOTBOARD_GROUP, default hotboard)")
-    p.add_argument("--window-ms", type=int, help="window length (HOTBOARD_WINDOW_MS, default 1000)")
-    p.add_argument("--dlq-topic", help="dead-letter topic (HOTBOARD_DLQ_TOPIC, default <topic>.dlq)")
-    p.add_argument("--metrics-port", type=int, help="Prometheus port, 0 = off (HOTBOARD_METRICS_PORT, default 9100)")
-    p.add_argument("--session-timeout-ms", type=int, help="Kafka session timeout (HOTBOARD_SESSION_TIMEOUT_MS)")
-    p.add_argument("--max-pending-entries", type=int, help="backpressure bound (HOTBOARD_MAX_PENDING_ENTRIES)")
-
-
-def _worker_settings(args: argparse.Namespace) -> WorkerSettings:
-    names = ("kafka", "redis", "topic", "group", "window_ms", "dlq_topic", "metrics_port", "session_timeout_ms",
-             "max_pending_entries")  # fmt: skip
-    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-    return WorkerSettings(**given)
+    add_options(p, WorkerSettings)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from ingest.worker import KafkaUnavailable, Worker
 
-    settings = _worker_settings(args)
+    settings = settings_from(WorkerSettings, args)
 
     async def main() -> None:
         async with Worker(settings) as worker:
@@ -108,8 +94,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def _produce_parser(sub: Any) -> None:
     p = sub.add_parser("produce", help="publish valid, Zipf-skewed score events")
-    p.add_argument("--kafka", default=os.environ.get("HOTBOARD_KAFKA", "127.0.0.1:9092"))
-    p.add_argument("--topic", default=os.environ.get("HOTBOARD_TOPIC", "scores"))
+    add_options(p, WorkerSettings, only=("kafka", "topic"))
     p.add_argument("--rate", type=float, default=1000.0, help="events/s, 0 = as fast as possible")
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--players", type=int, default=10_000)
@@ -121,14 +106,16 @@ def _produce_parser(sub: Any) -> None:
 def cmd_produce(args: argparse.Namespace) -> int:
     from hotboard.loadgen import generate, publish
 
+    target = settings_from(WorkerSettings, args)
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         events = generate(args.count, players=args.players, zipf=args.zipf, boards=args.boards, seed=args.seed)
-        stats = await publish(args.kafka, args.topic, events, rate=args.rate, fresh_ts=True, stop=stop)
-        print(f"sent {stats.events} events to {args.topic} in {stats.seconds:.2f}s ({stats.rate:,.0f} events/s)")
+        stats = await publish(target.kafka, target.topic, events, rate=args.rate, fresh_ts=True, stop=stop)
+        print(f"sent {stats.events} events to {target.topic} in {stats.seconds:.2f}s ({stats.rate:,.0f} events/s)")
 
     asyncio.run(main())
     return 0
@@ -139,7 +126,8 @@ def _demo_parser(sub: Any) -> None:
     p.add_argument("--kafka-port", type=int, default=19092)
     p.add_argument("--redis-port", type=int, default=16379)
     p.add_argument("--api-port", type=int, default=8000)
-    p.add_argument("--metrics-port", type=int, default=9100, help="first worker's; the second gets +1")
+    metrics_port = WorkerSettings.model_fields["metrics_port"].default
+    p.add_argument("--metrics-port", type=int, default=metrics_port, help="first worker's; the second gets +1")
     p.add_argument("--rate", type=float, default=2000.0)
     p.add_argument("--players", type=int, default=10_000)
     p.add_argument("--boards", type=int, default=3)
@@ -216,10 +204,10 @@ def _api_available() -> bool:
     return importlib.util.find_spec("reader_api") is not None and importlib.util.find_spec("reader_api.cli") is not None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hotboard", description=__doc__)
     parser.add_argument("--version", action="version", version=f"hotboard {__version__}")
-    parser.add_argument("--log-level", default=os.environ.get("HOTBOARD_LOG_LEVEL", "INFO"))
+    add_options(parser, LogSettings)
     sub = parser.add_subparsers(dest="command", required=True)
     _worker_parser(sub)
     _dev_parser(sub)
@@ -227,10 +215,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     _demo_parser(sub)
     if _api_available():
         importlib.import_module("reader_api.cli").add_parser(sub)
-    args = parser.parse_args(argv)
-    _setup_logging(args.log_level)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     commands = {"worker": cmd_worker, "dev": cmd_dev, "produce": cmd_produce, "demo": cmd_demo}
     try:
+        _setup_logging(settings_from(LogSettings, args).log_level)
         run = commands.get(args.command) or args.run
         return int(run(args))
     except StackError as exc:
