@@ -8,10 +8,10 @@ import importlib.util
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from hotboard import __version__
 from hotboard.devstack import DevStack, StackError, require_free
+from hotboard.process import LOOPBACK, Child, port_open, stop_all, url_answers
 from hotboard.settings import LogSettings, WorkerSettings
 from hotboard.settings_cli import add_options, settings_from
 
@@ -138,23 +139,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for port, what in ((args.api_port, "the API (--api-port)"), (args.metrics_port, "metrics (--metrics-port)"),
                        (args.metrics_port + 1, "metrics (--metrics-port)")):  # fmt: skip
         require_free(port, what)
-    children: list[subprocess.Popen[bytes]] = []
+    children: list[Child] = []
     with DevStack(kafka_port=args.kafka_port, redis_port=args.redis_port, partitions=8) as stack:
         env = {**os.environ, "HOTBOARD_KAFKA": stack.kafka.bootstrap, "HOTBOARD_REDIS": stack.redis.url,
                "HOTBOARD_SESSION_TIMEOUT_MS": "6000"}  # fmt: skip
         me = [sys.executable, "-m", "hotboard.cli"]
+
+        def start(name: str, command: list[str], ready: Callable[[], bool] | None = None) -> None:
+            children.append(Child(name, [*me, *command], env=env, ready=ready))
+            children[-1].start(timeout_s=30)
+
         try:
-            children += [
-                subprocess.Popen([*me, "worker", "--metrics-port", str(args.metrics_port + i)], env=env)
-                for i in range(2)
-            ]
+            for i in range(2):
+                port = args.metrics_port + i
+                start(f"worker {i + 1}", ["worker", "--metrics-port", str(port)], partial(port_open, port))
             has_api = _api_available()
             if has_api:
-                children.append(subprocess.Popen([*me, "api", "--port", str(args.api_port)], env=env))
+                api_url = f"http://{LOOPBACK}:{args.api_port}/healthz"
+                start("the API", ["api", "--port", str(args.api_port)], partial(url_answers, api_url))
             count = int(args.rate * args.duration_s) if args.duration_s else 10**9
-            children.append(subprocess.Popen(
-                [*me, "produce", "--rate", str(args.rate), "--count", str(count), "--players", str(args.players),
-                 "--boards", str(args.boards)], env=env))  # fmt: skip
+            start("the producer", ["produce", "--rate", str(args.rate), "--count", str(count), "--players",
+                                   str(args.players), "--boards", str(args.boards)])  # fmt: skip
             print(
                 f"\nhotboard demo running: {args.rate:.0f} events/s for {args.players} players on {args.boards} boards"
             )
@@ -169,7 +174,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             else:
                 _wait_for_signal()
         finally:
-            _stop_children(children)
+            # The producer first, the workers last (they drain their final window within 10 s of SIGTERM).
+            stop_all([child.proc for child in reversed(children) if child.proc is not None], grace_s=12)
     print("demo stopped.")
     return 0
 
@@ -185,19 +191,6 @@ def _sleep_or_signal(seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while not stop["flag"] and time.monotonic() < deadline:
         time.sleep(0.1)
-
-
-def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
-    for child in reversed(children):
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 12
-    for child in reversed(children):
-        try:
-            child.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
 
 
 def _api_available() -> bool:

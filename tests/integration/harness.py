@@ -18,6 +18,7 @@ import redis
 
 from hotboard import keys
 from hotboard.loadgen import PublishStats, generate, publish
+from hotboard.process import spawn, stop_process
 from ingest.codec import Event
 
 Totals = dict[str, dict[str, int]]
@@ -94,10 +95,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         with self.log_path.open("ab") as log:
             log.write(f"--- start {self.starts}\n".encode())
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hotboard.cli", "worker"],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+        self.proc = spawn([sys.executable, "-m", "hotboard.cli", "worker"], self.log_path, env=self.env)
         self.starts += 1
         return self
 
@@ -122,10 +120,8 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")
 
     def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc, 0.0, signal.SIGKILL)
 
 
 class Feeder(threading.Thread):
