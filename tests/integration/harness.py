@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import cast
 
 import redis
 
@@ -37,7 +38,7 @@ def read_boards(url: str, boards: Iterable[str]) -> Totals:
     try:
         out: Totals = {}
         for board in boards:
-            rows = r.zrange(keys.board_key(board), 0, -1, withscores=True)
+            rows = cast("list[tuple[bytes, float]]", r.zrange(keys.board_key(board), 0, -1, withscores=True))
             out[board] = {m.decode(): int(s) for m, s in rows}
         return out
     finally:
