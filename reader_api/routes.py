@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-from fastapi.openapi.docs import get_swagger_ui_html
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from reader_api import docs
 from reader_api.errors import JSON, error_response
 from reader_api.params import check_board, check_player, ids_param, int_param
 from reader_api.service import Reader
@@ -66,10 +66,6 @@ async def openapi(request: Request) -> Response:
     return _json(body)
 
 
-async def docs(request: Request) -> Response:
-    return get_swagger_ui_html(openapi_url="/openapi.json", title="hotboard read API")
-
-
 ROUTES = [
     Route("/v1/boards/{board}/top", top, methods=["GET"]),
     Route("/v1/boards/{board}/players/{player}/around", around, methods=["GET"]),
@@ -79,5 +75,6 @@ ROUTES = [
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
-    Route("/docs", docs, methods=["GET"]),
+    Route("/docs", docs.page, methods=["GET"]),
+    Route("/docs/{asset}", docs.asset, methods=["GET"]),
 ]

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# System packages the tests and the demo need: redis-server (+ redis-benchmark) and prometheus (+ promtool).
-# Debian/Ubuntu only; a no-op when everything is already there.
+# System packages the tests and the demo need: redis-server (+ redis-benchmark) and prometheus (+ promtool),
+# and python3-venv for the virtualenv. Debian/Ubuntu only; a no-op when everything is already there (so it
+# needs root or sudo only when something is missing). With arguments, installs just those packages
+# (`./dev lint` asks only for python3-venv, and only when it is missing).
 set -euo pipefail
 need=()
-command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
-command -v promtool >/dev/null 2>&1 || need+=(prometheus)
-python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+if [ $# -gt 0 ]; then
+  need=("$@")
+else
+  command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+  command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
+  command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   sudo_=""
   [ "$(id -u)" -eq 0 ] || sudo_="sudo"

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 
 import httpx
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
-from hotboard.devstack import LOOPBACK, free_port, stop_process
+from hotboard.process import LOOPBACK, Child, free_port, url_answers
 
 
 def reference_ranking(scores: Mapping[str, int]) -> list[tuple[int, str, int]]:
@@ -24,7 +23,7 @@ def reference_ranking(scores: Mapping[str, int]) -> list[tuple[int, str, int]]:
 
 
 @contextlib.asynccontextmanager
-async def asgi_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+async def asgi_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     """httpx's ASGITransport does not run the lifespan; run it around the client."""
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -38,22 +37,7 @@ def api_process(redis_url: str, log_dir: Path, *extra: str, timeout_s: float = 2
     port = free_port()
     env = {**os.environ, "HOTBOARD_REDIS": redis_url}
     command = [sys.executable, "-m", "hotboard.cli", "api", "--host", LOOPBACK, "--port", str(port), *extra]
-    with (log_dir / f"api-{port}.log").open("ab") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     base = f"http://{LOOPBACK}:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"hotboard api exited with {proc.returncode}; see {log_dir}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=0.5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"hotboard api did not answer within {timeout_s:.0f}s")
-            time.sleep(0.05)
+    ready = partial(url_answers, f"{base}/healthz")
+    with Child("hotboard api", command, log_path=log_dir / f"api-{port}.log", env=env, ready=ready).start(timeout_s):
         yield base
-    finally:
-        stop_process(proc)

@@ -15,6 +15,7 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import cast
 
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hotboard import keys
 from hotboard.devstack import free_port
 from hotboard.loadgen import PublishStats, generate, publish
+from hotboard.process import spawn, stop_process
 from ingest.codec import Event
 
 Totals = dict[str, dict[str, int]]
@@ -40,7 +42,7 @@ def read_boards(url: str, boards: Iterable[str]) -> Totals:
     try:
         out: Totals = {}
         for board in boards:
-            rows = r.zrange(keys.board_key(board), 0, -1, withscores=True)
+            rows = cast("list[tuple[bytes, float]]", r.zrange(keys.board_key(board), 0, -1, withscores=True))
             out[board] = {m.decode(): int(s) for m, s in rows}
         return out
     finally:
@@ -100,10 +102,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         with self.log_path.open("ab") as log:
             log.write(f"--- start {self.starts}\n".encode())
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hotboard.cli", "worker"],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+        self.proc = spawn([sys.executable, "-m", "hotboard.cli", "worker"], self.log_path, env=self.env)
         self.starts += 1
         return self
 
@@ -170,10 +169,8 @@ class WorkerProcess:
         raise AssertionError(f"{self.name} not ready within {timeout_s:.0f}s:\n{self.log()[-3000:]}")
 
     def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc, 0.0, signal.SIGKILL)
 
 
 class Feeder(threading.Thread):

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import cast
 
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
@@ -145,7 +146,8 @@ async def test_each_metric_moves_as_it_should_on_a_known_run(kafka: str, topic: 
     # ---- and Redis holds exactly what the counters claim
     client = Redis.from_url(redis_url)
     try:
-        scores = dict(await client.zrange(board_key("global"), 0, -1, withscores=True))
+        rows = cast("list[tuple[bytes, float]]", await client.zrange(board_key("global"), 0, -1, withscores=True))
+        scores = dict(rows)
     finally:
         await client.aclose()
     assert len(scores) == PLAYERS

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,9 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from hotboard.devstack import free_port, stop_process
 from hotboard.keys import board_key
 from hotboard.loadgen import generate, publish
+from hotboard.process import Child, free_port, url_answers
 from hotboard.settings import WorkerSettings
 from ingest.worker import Worker
 from tests.integration.conftest_reader import api_process
@@ -232,31 +233,18 @@ def prometheus(tmp: Path, jobs: dict[str, list[str]]) -> Iterator[str]:
     promtool("check", "config", str(path))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with (tmp / "prometheus.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={path}",
-                f"--storage.tsdb.path={tmp / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, f"prometheus exited: {(tmp / 'prometheus.log').read_text()[-2000:]}"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "prometheus did not become ready within 30s"
-            time.sleep(0.1)
+    command = [
+        binary,
+        f"--config.file={path}",
+        f"--storage.tsdb.path={tmp / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
+    prometheus = Child(
+        "prometheus", command, log_path=tmp / "prometheus.log", ready=partial(url_answers, f"{url}/-/ready")
+    )
+    with prometheus.start(timeout_s=30):
         yield url
-    finally:
-        stop_process(proc, 15)
 
 
 async def instant(client: httpx.AsyncClient, expr: str) -> list[dict[str, Any]]:

@@ -298,6 +298,10 @@ async def test_real_uvicorn_server(redis_url: str, redis_client: Redis, tmp_path
             assert (await get_json(http, path(BOARD, "top")))["entries"] == entries(ref)
             assert (await http.get("/readyz")).status_code == 200
             assert (await http.get("/openapi.json")).json()["info"]["title"] == "hotboard read API"
-            assert (await http.get("/docs")).status_code == 200
+            docs = await http.get("/docs")  # Swagger UI from the installed swagger-ui-bundle, no CDN
+            assert docs.status_code == 200 and "/openapi.json" in docs.text and "https://" not in docs.text
+            for asset in ("/docs/swagger-ui.css", "/docs/swagger-ui-bundle.js"):
+                assert (await http.get(asset)).status_code == 200
+            assert (await http.get("/docs/index.html")).status_code == 404
             response = await http.get(path(BOARD, "players", "nobody"))
             assert response.status_code == 404 and "traceback" not in response.text.lower()

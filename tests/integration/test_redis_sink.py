@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from redis.asyncio import Redis
 
@@ -17,7 +19,8 @@ def _expect(marks: dict[tuple[str, int], int]) -> ExpectedWatermark:
 
 
 async def _board(redis: Redis, board: str) -> dict[str, int]:
-    return {m.decode(): int(s) for m, s in await redis.zrange(keys.board_key(board), 0, -1, withscores=True)}
+    rows = cast("list[tuple[bytes, float]]", await redis.zrange(keys.board_key(board), 0, -1, withscores=True))
+    return {m.decode(): int(s) for m, s in rows}
 
 
 async def test_apply_then_fence_then_idempotent_retry(redis_client: Redis) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+import hotboard
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose" / "docker-compose.yml"
@@ -27,6 +29,7 @@ DASHBOARD = DEPLOY / "grafana" / "dashboards" / "hotboard.json"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 PROMETHEUS = DEPLOY / "prometheus" / "prometheus.yml"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
 
 #: Partitions of the score topic: compose creates them, KEDA caps the workers at this count.
 PARTITIONS = 8
@@ -36,7 +39,10 @@ WORKERS = ("worker-1", "worker-2", "worker-3")
 
 
 def version() -> str:
-    return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
+    """The package's version, defined once in pyproject.toml; the installed metadata must agree with it."""
+    declared = str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
+    assert hotboard.__version__ == declared, "reinstall (./dev install) after changing the version"
+    return declared
 
 
 def compose() -> dict[str, Any]:
@@ -80,6 +86,11 @@ def test_dockerfile_is_multi_stage_non_root_with_hotboard_entrypoint() -> None:
     assert "ARG PYTHON_IMAGE=python:3.11-slim" in text
     assert all(f == "${PYTHON_IMAGE}" for f in froms)
     assert re.search(r"pip install .*\s\.\s", text), "installs the project from the repo root context"
+    # dependencies come from the lock, copied (and installed) before the source so that layer is cached
+    lock = text.index("COPY requirements/prod.txt")
+    assert "--require-hashes -r requirements/prod.txt" in text
+    assert lock < text.index("COPY . /src")
+    assert re.search(r"pip install .*--no-deps \.\s", text), "the project adds nothing the lock lacks"
     users = re.findall(r"^USER\s+(\S+)", text, flags=re.M)
     assert users, "runs as a non-root user"
     assert users[-1].split(":")[0] not in {"root", "0"}
@@ -114,7 +125,7 @@ def test_compose_config_with_docker_cli() -> None:
 def test_compose_services_images_and_ports() -> None:
     services = compose()["services"]
     assert set(services) >= {"kafka", "kafka-init", "redis", *WORKERS, "api", "loadgen", "prometheus", "grafana"}
-    image = f"hotboard:{version()}"
+    image = "hotboard:local"  # built by compose itself; a release tags the image with version()
     for name in (*WORKERS, "api", "loadgen"):
         svc = services[name]
         assert svc["image"] == image, name
@@ -175,7 +186,7 @@ def test_compose_depends_on_and_healthchecks() -> None:
         deps = services[name]["depends_on"]
         assert deps["kafka-init"]["condition"] == "service_completed_successfully"
         assert deps["redis"]["condition"] == "service_healthy"
-        assert f"127.0.0.1:{WORKER_PORT}/metrics" in " ".join(services[name]["healthcheck"]["test"])
+        assert f"127.0.0.1:{WORKER_PORT}/healthz" in " ".join(services[name]["healthcheck"]["test"])
     assert services["api"]["depends_on"]["redis"]["condition"] == "service_healthy"
     assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
     # every depends_on names a service that exists
@@ -229,7 +240,7 @@ def test_prometheus_scrapes_every_worker_and_the_api() -> None:
         assert target.split(":")[0] in services
 
 
-def test_alert_rules_have_severity_annotations_and_runbook() -> None:
+def test_alert_rules_have_severity_annotations_and_runbook_url() -> None:
     rules = [r for group in yaml.safe_load(ALERTS.read_text())["groups"] for r in group["rules"]]
     names = {r["alert"] for r in rules}
     assert {
@@ -242,8 +253,12 @@ def test_alert_rules_have_severity_annotations_and_runbook() -> None:
     } <= names
     for rule in rules:
         assert rule["labels"]["severity"] in {"page", "ticket"}, rule["alert"]
-        for key in ("summary", "description", "runbook"):
+        for key in ("summary", "description", "runbook_url"):
             assert rule["annotations"].get(key), f"{rule['alert']} lacks {key}"
+        # runbook_url is the annotation Alertmanager and Grafana link; it points at the alert's own section
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith("https://") and url.endswith(f"/docs/runbooks.md#{rule['alert'].lower()}"), url
+        assert f"\n## {rule['alert']}\n" in RUNBOOKS.read_text(), f"docs/runbooks.md has no {rule['alert']}"
         assert rule["expr"].strip()
     lag = next(r for r in rules if r["alert"] == "HotboardConsumerLagGrowing")
     assert lag["for"] == "5m"
@@ -262,13 +277,17 @@ def test_dashboard_is_valid_and_every_panel_has_a_query() -> None:
     assert len(panels) >= 12
     ids = [p["id"] for p in all_panels(dashboard)]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
+    # The datasource is a template variable (any Prometheus the Grafana has), never a hard-coded uid.
+    (variable,) = dashboard["templating"]["list"]
+    assert (variable["name"], variable["type"], variable["query"]) == ("datasource", "datasource", "prometheus")
+    chosen = {"type": "prometheus", "uid": "${datasource}"}
     for panel in panels:
         assert panel["title"]
-        assert panel["datasource"] == {"type": "prometheus", "uid": "prometheus"}, panel["title"]
+        assert panel["datasource"] == chosen, panel["title"]
         assert panel["targets"], f"panel {panel['title']!r} has no query"
         for target in panel["targets"]:
             assert target["expr"].strip(), f"panel {panel['title']!r} has an empty query"
-            assert target["datasource"]["uid"] == "prometheus"
+            assert target["datasource"] == chosen
             assert target["expr"].count("(") == target["expr"].count(")"), target["expr"]
         refs = [t["refId"] for t in panel["targets"]]
         assert len(refs) == len(set(refs))

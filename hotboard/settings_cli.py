@@ -1,0 +1,64 @@
+"""Command-line options generated from a pydantic-settings class, so that a setting's name, type, default and
+help are written once, in the class: each field ``some_name`` becomes ``--some-name`` (plus any aliases the
+command keeps), and its help names the environment variable ``HOTBOARD_SOME_NAME`` and the default. Adding a
+field to the class adds the option; tests/unit/test_cli.py checks that README's tables list it too."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, TypeVar
+
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings
+
+S = TypeVar("S", bound=BaseSettings)
+
+_TYPES: dict[Any, type] = {int: int, float: float, str: str}
+
+
+def option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def env_var(settings: type[BaseSettings], name: str) -> str:
+    return f"{settings.model_config.get('env_prefix', '')}{name}".upper()
+
+
+def _help(settings: type[BaseSettings], name: str, field: FieldInfo) -> str:
+    default = "" if field.default in ("", None) else f", default {field.default}"
+    # argparse formats help with %: a literal percent sign must be doubled.
+    return f"{field.description or ''} ({env_var(settings, name)}{default})".replace("%", "%%")
+
+
+def add_options(
+    parser: argparse.ArgumentParser,
+    settings: type[BaseSettings],
+    *,
+    only: Collection[str] | None = None,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """One option per field of ``settings`` (or of ``only``). An option not given stays out of the namespace
+    (``SUPPRESS``), so the environment, then the field's default, decide, exactly as without the CLI."""
+    for name, field in settings.model_fields.items():
+        if only is not None and name not in only:
+            continue
+        parser.add_argument(
+            option(name),
+            *(aliases or {}).get(name, ()),
+            dest=name,
+            type=_TYPES.get(field.annotation, str),
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
+            help=_help(settings, name, field),
+        )
+
+
+def given(settings: type[BaseSettings], args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of ``settings`` that the command line set."""
+    return {name: value for name, value in vars(args).items() if name in settings.model_fields}
+
+
+def settings_from(settings: type[S], args: argparse.Namespace) -> S:
+    """The settings object: command line over ``HOTBOARD_*`` environment over defaults."""
+    return settings(**given(settings, args))

@@ -1,0 +1,117 @@
+"""The CLI is generated from the settings classes: every field is an option, and README documents each with
+its environment variable and default (so adding a field fails here until README has its row)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from pydantic_settings import BaseSettings
+
+import hotboard
+from hotboard.cli import build_parser, main
+from hotboard.settings import LogSettings, WorkerSettings
+from hotboard.settings_cli import env_var, option, settings_from
+from reader_api.cli import ALIASES
+from reader_api.settings import ApiSettings
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+#: command -> (settings class, README section holding its configuration table)
+COMMANDS: dict[str, tuple[type[BaseSettings], str]] = {
+    "worker": (WorkerSettings, "## Configuration (`hotboard worker`)"),
+    "api": (ApiSettings, "## Read API (`hotboard api`)"),
+}
+
+
+def readme_table(heading: str) -> dict[str, tuple[list[str], str, str]]:
+    """env variable -> (options, env, default) from the first ``| option | env | default |`` table under heading."""
+    text = README.read_text()
+    section = text[text.index(heading) + len(heading) :]
+    section = section[: section.find("\n## ")]
+    rows: dict[str, tuple[list[str], str, str]] = {}
+    in_table = False
+    for line in section.splitlines():
+        if line.startswith("| option | env | default |"):
+            in_table = True
+        elif in_table and line.startswith("|") and not line.startswith("|---"):
+            options, env, default = (cell.strip() for cell in line.strip("|").split("|")[:3])
+            rows[env.strip("`")] = (re.findall(r"`(--[a-z0-9-]+)`", options), env.strip("`"), default.strip("`"))
+        elif in_table and not line.startswith("|"):
+            break
+    assert rows, f"no configuration table under {heading}"
+    return rows
+
+
+def sample(field_default: object) -> str:
+    """A valid value different from the default."""
+    if isinstance(field_default, bool):
+        raise AssertionError("add boolean support to hotboard/settings_cli.py")
+    if isinstance(field_default, int | float):
+        return str(field_default + 1)
+    return "DEBUG" if field_default == "INFO" else f"{field_default}x"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_readme_documents_every_setting_with_its_option_env_and_default(command: str) -> None:
+    settings, heading = COMMANDS[command]
+    rows = readme_table(heading)
+    for name, field in settings.model_fields.items():
+        env = env_var(settings, name)
+        assert env in rows, f"README ({heading}) has no row for {env}"
+        options, _, default = rows[env]
+        assert option(name) in options, f"README row {env} lacks {option(name)}"
+        if isinstance(field.default, int | float):
+            assert float(default) == field.default, f"README default of {env}"
+        elif field.default:
+            assert default == field.default, f"README default of {env}"
+    stale = set(rows) - {env_var(settings, name) for name in settings.model_fields}
+    assert not stale, f"README documents settings that do not exist: {stale}"
+
+
+@pytest.mark.parametrize(
+    ("command", "name"), [(command, name) for command, (cls, _) in COMMANDS.items() for name in cls.model_fields]
+)
+def test_every_setting_is_reachable_from_the_command_line(command: str, name: str) -> None:
+    settings = COMMANDS[command][0]
+    value = sample(settings.model_fields[name].default)
+    spellings = [option(name), *(ALIASES.get(name, []) if command == "api" else [])]
+    expected = type(settings.model_fields[name].default)(value)
+    for spelling in spellings:
+        args = build_parser().parse_args([command, spelling, value])
+        assert getattr(settings_from(settings, args), name) == expected, spelling
+
+
+def test_command_line_over_environment_over_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = build_parser()
+    assert settings_from(WorkerSettings, parser.parse_args(["worker"])).topic == "scores"
+    monkeypatch.setenv("HOTBOARD_TOPIC", "from-env")
+    assert settings_from(WorkerSettings, parser.parse_args(["worker"])).topic == "from-env"
+    assert settings_from(WorkerSettings, parser.parse_args(["worker", "--topic", "cli"])).topic == "cli"
+
+
+def test_log_level_before_or_after_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = build_parser()
+    assert settings_from(LogSettings, parser.parse_args(["--log-level", "WARNING", "worker"])).log_level == "WARNING"
+    args = parser.parse_args(["worker", "--log-level", "DEBUG"])  # README's spelling; argparse refused it once
+    assert settings_from(WorkerSettings, args).log_level == "DEBUG"
+    assert settings_from(LogSettings, parser.parse_args(["produce"])).log_level == "INFO"
+
+
+def test_produce_takes_kafka_and_topic_from_the_worker_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOTBOARD_KAFKA", "k:1")
+    args = build_parser().parse_args(["produce", "--topic", "t"])
+    target = settings_from(WorkerSettings, args)
+    assert (target.kafka, target.topic) == ("k:1", "t")
+
+
+def test_invalid_setting_exits_2_with_the_field_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["worker", "--window-ms", "5"]) == 2
+    assert "window_ms" in capsys.readouterr().err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"hotboard {hotboard.__version__}"
