@@ -46,12 +46,12 @@ from flusher.batch import (
 )
 from flusher.redis_sink import RedisSink
 from hotboard import keys
+from hotboard.codec import Event
 from hotboard.devstack import KafkaBroker, RedisServer, create_topic, free_port
 from hotboard.loadgen import generate, publish
 from hotboard.process import spawn, stop_process
-from hotboard.settings import WorkerSettings
-from ingest.codec import Event
 from ingest.kafka_config import consumer_config
+from ingest.settings import WorkerSettings
 from ingest.worker import FlushReport, Worker
 
 T = TypeVar("T")

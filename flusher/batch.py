@@ -8,12 +8,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from hotboard.keys import MAX_EXACT
+
 #: Watermark value meaning "this partition never fed this board" (and checkpoint value "none yet").
 NO_WATERMARK = -1
-
-#: Largest magnitude a total (and a delta sent in one write) may have: a Redis score is an IEEE double, exact
-#: for integers only up to 2^53. Totals saturate here instead of silently losing precision.
-MAX_EXACT = 2**53 - 1
 
 #: Redis writes per board batch besides the ZINCRBYs: the watermark HSET, the meta version HINCRBY and the
 #: meta as_of HSET. Part of the "minimum possible writes" the benchmark checks against.
@@ -21,6 +19,9 @@ BOOKKEEPING_WRITES_PER_BOARD = 3
 
 #: Redis writes per partition per flush: the checkpoint HSET.
 CHECKPOINT_WRITES_PER_PARTITION = 1
+
+
+__all__ = ["MAX_EXACT", "NO_WATERMARK", "BoardBatch", "BoardResult", "CheckpointResult", "Outcome", "Sink"]
 
 
 @dataclass(slots=True)

@@ -20,8 +20,9 @@ from pydantic import ValidationError
 from hotboard import __version__
 from hotboard.devstack import DevStack, StackError, require_free
 from hotboard.process import LOOPBACK, Child, port_open, stop_all, url_answers
-from hotboard.settings import LogSettings, WorkerSettings
+from hotboard.settings import LogSettings
 from hotboard.settings_cli import add_options, settings_from
+from ingest.settings import WorkerSettings
 
 EXIT_CONFIG = 2
 EXIT_UNAVAILABLE = 3
@@ -42,7 +43,8 @@ def _worker_parser(sub: Any) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from ingest.worker import KafkaUnavailable, Worker
+    from ingest.kafka_config import KafkaUnavailable
+    from ingest.worker import Worker
 
     settings = settings_from(WorkerSettings, args)
 

@@ -24,6 +24,10 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 DEFAULT_BOARD = "global"
 
+#: Largest magnitude a total (and a delta sent in one write) may have: a Redis score is an IEEE double, exact
+#: for integers only up to 2^53. Totals saturate here instead of silently losing precision.
+MAX_EXACT = 2**53 - 1
+
 
 def board_key(board: str) -> str:
     """Sorted set holding the board's exact integer totals."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
-from ingest.codec import Event, encode
+from hotboard.codec import Event, encode
 
 BATCH_EVENTS = 2000
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hashlib import sha1
 
-from flusher.batch import MAX_EXACT
+from hotboard.keys import MAX_EXACT
 
 #: One board's share of one window: compare-and-set on the board's watermarks, then the deltas, the new
 #: watermarks and the meta bump. KEYS: board zset, applied hash, meta hash. ARGV: n, then n triples (field,

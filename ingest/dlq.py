@@ -17,7 +17,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from ingest.codec import InvalidEvent
+from hotboard.codec import InvalidEvent
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,26 @@
-"""The consumer and producer configuration of a worker, in one place (the benchmark builds the same ones)."""
+"""The worker's Kafka clients: their configuration in one place (the benchmark builds the same ones), and
+their start with a deadline."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+from contextlib import AsyncExitStack
 from typing import Any
 
-from hotboard.settings import WorkerSettings
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError, KafkaError
+
+from hotboard.timing import Backoff
+from ingest.settings import WorkerSettings
+
+log = logging.getLogger("hotboard.worker")
+
+
+class KafkaUnavailable(RuntimeError):
+    """Kafka did not answer within ``kafka_start_timeout_s``."""
 
 
 def consumer_config(s: WorkerSettings) -> dict[str, Any]:
@@ -35,3 +51,27 @@ def producer_config(s: WorkerSettings) -> dict[str, Any]:
         "linger_ms": 5,
         "max_request_size": max(1_048_576, 2 * s.dlq_max_bytes),
     }
+
+
+async def start_clients(
+    stack: AsyncExitStack, clients: list[AIOKafkaConsumer | AIOKafkaProducer], s: WorkerSettings
+) -> None:
+    """Start each client, retrying with backoff until ``kafka_start_timeout_s``; each one started is stopped
+    by ``stack``. Raises :class:`KafkaUnavailable` with what Kafka last answered."""
+    deadline = time.monotonic() + s.kafka_start_timeout_s
+    backoff = Backoff(cap_s=2.0)
+    for client in clients:
+        while True:
+            try:
+                await asyncio.wait_for(client.start(), timeout=max(0.1, deadline - time.monotonic()))
+                stack.push_async_callback(client.stop)
+                break
+            except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as exc:
+                with contextlib.suppress(Exception):
+                    await client.stop()
+                if time.monotonic() + 0.5 >= deadline:
+                    raise KafkaUnavailable(
+                        f"Kafka at {s.kafka} did not answer within {s.kafka_start_timeout_s:.0f}s: {exc!r}"
+                    ) from exc
+                log.warning("kafka not reachable yet at %s (%r); retrying", s.kafka, exc)
+                await asyncio.sleep(backoff.next_delay())

@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from flusher.batch import MAX_EXACT, BoardBatch
+from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoder, InvalidEvent
 from hotboard.keys import DEFAULT_BOARD, PLAYER_MAX_CHARS
-from ingest.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoder, InvalidEvent
 
 #: (the consumed record, why it is invalid). Kept in the window like a delta until its flush.
 DeadLetter = tuple[Any, InvalidEvent]
@@ -276,3 +276,31 @@ class Window:
                 saturated += sum(1 for p, d in held.items() if d != batch.deltas[p])
                 batch.deltas = held
         return out, saturated
+
+
+@dataclass(slots=True)
+class Pending:
+    """Everything folded and not yet flushed: the active window and the sealed ones, oldest first (the first
+    is retried as is after a failed flush)."""
+
+    active: Window = field(default_factory=Window)
+    sealed: list[Window] = field(default_factory=list)
+
+    @property
+    def entries(self) -> int:
+        return self.active.entries + sum(w.entries for w in self.sealed)
+
+    def seal(self) -> None:
+        if not self.active.is_empty():
+            self.sealed.append(self.active)
+            self.active = Window()
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        gone = set(partitions)
+        for window in (self.active, *self.sealed):
+            window.drop(gone)
+        self.sealed = [w for w in self.sealed if w.parts]
+
+    def clear(self) -> None:
+        self.active = Window()
+        self.sealed = []

@@ -21,10 +21,10 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from hotboard import keys
+from hotboard.codec import Event
 from hotboard.devstack import free_port
 from hotboard.loadgen import PublishStats, generate, publish
 from hotboard.process import spawn, stop_process
-from ingest.codec import Event
 
 Totals = dict[str, dict[str, int]]
 

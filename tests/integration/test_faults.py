@@ -19,13 +19,13 @@ from redis.asyncio import Redis
 
 from flusher.batch import BoardBatch, BoardResult, ExpectedWatermark
 from hotboard import keys
+from hotboard.codec import Event
 from hotboard.devstack import RedisServer
 from hotboard.loadgen import publish
-from hotboard.settings import WorkerSettings
 from ingest import dlq
-from ingest.codec import Event
 from ingest.kafka_config import consumer_config
 from ingest.partitions import HaltReason
+from ingest.settings import WorkerSettings
 from ingest.worker import Worker
 from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy, send_raw
@@ -227,7 +227,9 @@ async def test_a_resume_point_deleted_by_retention_halts_and_counts_the_loss(
     group = f"g-{topic}"
     settings = _settings(kafka, redis_url, topic, group)
     await _run(
-        settings, lambda w: all(st.checkpoint == 99 for st in w._parts.values()) and bool(w._parts), "checkpoint 99"
+        settings,
+        lambda w: all(st.checkpoint == 99 for st in w._assignment.parts.values()) and bool(w._assignment.parts),
+        "checkpoint 99",
     )
     await publish(kafka, topic, _events("global", 3, 100, start=100))
 

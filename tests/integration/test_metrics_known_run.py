@@ -18,11 +18,11 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from redis.asyncio import Redis
 
+from hotboard.codec import Reason
 from hotboard.devstack import free_port
 from hotboard.keys import board_key
 from hotboard.loadgen import generate, publish
-from hotboard.settings import WorkerSettings
-from ingest.codec import Reason
+from ingest.settings import WorkerSettings
 from ingest.worker import FlushReport, Worker
 
 pytestmark = pytest.mark.integration

@@ -34,7 +34,7 @@ from redis.asyncio import Redis
 from hotboard.keys import board_key
 from hotboard.loadgen import generate, publish
 from hotboard.process import Child, free_port, url_answers
-from hotboard.settings import WorkerSettings
+from ingest.settings import WorkerSettings
 from ingest.worker import Worker
 from tests.integration.conftest_reader import api_process
 from tests.services import unavailable

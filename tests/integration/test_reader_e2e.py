@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from hotboard.codec import Event
 from hotboard.loadgen import publish
-from hotboard.settings import WorkerSettings
-from ingest.codec import Event
+from ingest.settings import WorkerSettings
 from ingest.worker import Worker
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings

@@ -18,8 +18,8 @@ import redis
 from aiokafka import AIOKafkaConsumer
 
 from hotboard import keys
+from hotboard.codec import encode
 from hotboard.devstack import RedisServer, free_port, port_open
-from ingest.codec import encode
 from ingest.dlq import ERROR_HEADER, SOURCE_HEADER
 from tests.integration.harness import Feeder, WorkerProcess, skewed_events, totals_of, wait_exact
 

@@ -11,8 +11,9 @@ from pydantic_settings import BaseSettings
 
 import hotboard
 from hotboard.cli import build_parser, main
-from hotboard.settings import LogSettings, WorkerSettings
+from hotboard.settings import LogSettings
 from hotboard.settings_cli import env_var, option, settings_from
+from ingest.settings import WorkerSettings
 from reader_api.cli import ALIASES
 from reader_api.settings import ApiSettings
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.codec import Decoder, Event, InvalidEvent, Reason, decode, encode
+from hotboard.codec import Decoder, Event, InvalidEvent, Reason, decode, encode
 
 
 @pytest.mark.parametrize(

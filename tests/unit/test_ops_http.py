@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from hotboard.devstack import free_port
-from hotboard.ops_http import serve_ops
+from ingest.ops_http import serve_ops
 
 
 def _get(url: str) -> tuple[int, str]:

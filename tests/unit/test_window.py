@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from flusher.batch import MAX_EXACT, BoardBatch
-from ingest.codec import Decoder, InvalidEvent
+from hotboard.codec import Decoder, InvalidEvent
 from ingest.window import PartitionFold, Window, boards_to_check
 
 

@@ -6,11 +6,17 @@ Label sets are small and fixed: never a player or board name.
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ingest.codec import Reason
+from flusher.batch import BoardResult, Outcome
+from hotboard.codec import Reason
+
+if TYPE_CHECKING:
+    from ingest.window import Window
 
 #: Causes of a resynchronisation: a fenced board batch, a checkpoint that moved under us, a Redis restart.
 RESYNC_REASONS = ("fenced", "checkpoint", "redis_restart")
@@ -94,14 +100,19 @@ class WorkerMetrics:
         if total_writes:
             self.savings_ratio.set(sum(e for e, _ in self._recent) / total_writes)
 
-    def record_flush(self, *, events: int, entries: int, writes: int, fenced: bool, duration_s: float) -> None:
+    def record_window(self, window: Window, results: list[BoardResult], duration_s: float, saturated: int) -> None:
+        """One flushed window: its batches' writes, the savings, its size and duration, and freshness."""
+        writes = sum(r.writes for r in results)
+        fenced = any(r.outcome is Outcome.FENCED for r in results)
         self.windows.labels("fenced" if fenced else "flushed").inc()
         self.redis_writes.inc(writes)
         if writes:
-            self.record_savings(0 if fenced else events, writes)
-            self.window_entries.observe(entries)
+            self.record_savings(0 if fenced else window.events, writes)
+            self.window_entries.observe(window.entries)
             self.flush_seconds.observe(duration_s)
-
-    def record_freshness(self, now_ms: float, event_times_ms: list[int]) -> None:
-        for ts in event_times_ms:
-            self.freshness_seconds.observe(max(0.0, (now_ms - ts) / 1000))
+        self.saturated.inc(saturated + sum(r.saturated for r in results))
+        now_ms = time.time() * 1000
+        for fold in window.parts.values():
+            for ts in (fold.min_ts_ms, fold.max_ts_ms):
+                if ts is not None:
+                    self.freshness_seconds.observe(max(0.0, (now_ms - ts) / 1000))

@@ -1,0 +1,213 @@
+"""The partitions a worker holds: their state, why each is paused, where each resumes, and why one is halted.
+
+Positioning reads the partition's checkpoint from Redis and the log's first offset from Kafka, and asks the
+pure decision in :mod:`ingest.partitions`. Halting is loud: the partition stays paused, ``/readyz`` fails, the
+``hotboard_redis_data_loss`` gauge counts it, and it is looked at again every ``halt_recheck_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from flusher.batch import NO_WATERMARK, Sink
+from ingest.metrics import WorkerMetrics
+from ingest.partitions import Halt, HaltReason, PartitionState, Seek, position
+from ingest.pausing import PauseReason, Pauses
+from ingest.settings import WorkerSettings
+
+log = logging.getLogger("hotboard.worker")
+
+
+class Assignment:
+    def __init__(
+        self, settings: WorkerSettings, consumer: AIOKafkaConsumer, sink: Sink, metrics: WorkerMetrics
+    ) -> None:
+        self.settings = settings
+        self.parts: dict[int, PartitionState] = {}
+        self.pauses = Pauses()
+        self._consumer = consumer
+        self._sink = sink
+        self._metrics = metrics
+
+    @property
+    def ready(self) -> bool:
+        """The consumer holds partitions and has positioned them all (none halted)."""
+        return bool(self.parts) and all(st.ready for st in self.parts.values())
+
+    @property
+    def halted(self) -> dict[int, Halt]:
+        return {p: st.halted for p, st in self.parts.items() if st.halted is not None}
+
+    def tps(self, partitions: Iterable[int]) -> list[TopicPartition]:
+        return [TopicPartition(self.settings.topic, p) for p in partitions]
+
+    def ready_state(self, partition: int) -> PartitionState | None:
+        state = self.parts.get(partition)
+        return state if state is not None and state.ready else None
+
+    # ---------------------------------------------------------------- pauses
+
+    def pause(self, partitions: Iterable[int], reason: PauseReason) -> None:
+        self._consumer.pause(*self.tps(self.pauses.pause(partitions, reason)))
+
+    def release(self, partitions: Iterable[int], reason: PauseReason) -> None:
+        self._consumer.resume(*self.tps(self.pauses.release(partitions, reason)))
+
+    @property
+    def backpressured(self) -> bool:
+        return bool(self.pauses.paused_for(PauseReason.BACKPRESSURE))
+
+    # ---------------------------------------------------------------- assignment changes
+
+    def add(self, tps: Iterable[TopicPartition]) -> list[int]:
+        """Newly assigned partitions: paused until positioned (the seek happens outside the callback)."""
+        mine = [tp.partition for tp in tps if tp.topic == self.settings.topic]
+        for p in mine:
+            self.parts[p] = PartitionState(p)
+        self.pause(mine, PauseReason.POSITIONING)
+        return mine
+
+    def remove(self, partitions: Iterable[int]) -> None:
+        gone = list(partitions)
+        self.pauses.forget(gone)
+        for p in gone:
+            self.parts.pop(p, None)
+            with contextlib.suppress(KeyError):
+                self._metrics.consumer_lag.remove(str(p))
+        self.update_halts()
+
+    def unready_all(self) -> None:
+        """Every partition is positioned again from Redis; a pause for backpressure must not outlive the pending
+        work it held back (the caller dropped it)."""
+        for state in self.parts.values():
+            state.ready = False
+        self.pause(self.parts, PauseReason.POSITIONING)
+        self.release(self.parts, PauseReason.BACKPRESSURE)
+
+    # ---------------------------------------------------------------- positioning and halts
+
+    def waiting(self) -> list[int]:
+        """Partitions to position now: not ready, and not halted (or due for a second look)."""
+        now = time.monotonic()
+        return [p for p, st in self.parts.items() if not st.ready and (st.halted is None or now >= st.recheck_at)]
+
+    async def position(self, waiting: list[int]) -> str:
+        """Position ``waiting`` from their checkpoints (or halt them); returns Redis's run_id as read first.
+        Raises what Redis or Kafka raise (the caller retries with backoff)."""
+        tps = self.tps(waiting)
+        run_id = await self._sink.server_id()
+        checkpoints = await self._sink.load_checkpoints(waiting)
+        starts = await self._consumer.beginning_offsets(tps)
+        committed = {
+            p: await self._consumer.committed(tp) for p, tp in zip(waiting, tps, strict=True) if p not in checkpoints
+        }
+        for p, tp in zip(waiting, tps, strict=True):
+            if p in self.parts:  # not revoked meanwhile
+                self._position_one(p, tp, checkpoints.get(p), committed.get(p), starts[tp])
+        self.update_halts()
+        return run_id
+
+    def _position_one(
+        self, p: int, tp: TopicPartition, checkpoint: int | None, committed: int | None, start: int
+    ) -> None:
+        state = self.parts[p]
+        decision = position(checkpoint, committed, start)
+        high = self._consumer.highwater(tp)
+        if isinstance(decision, Seek) and high is not None and decision.offset > high:
+            decision = Halt(
+                HaltReason.BEYOND_LOG_END,
+                f"checkpoint {checkpoint} lies past the log end {high}: the topic was re-created, or the cluster "
+                "rebuilt",
+            )
+        if isinstance(decision, Halt):
+            self.halt(state, decision)
+            return
+        self._consumer.seek(tp, decision.offset)
+        state.reset(NO_WATERMARK if checkpoint is None else checkpoint, decision.offset)
+        state.positioned_poll_ms = self._consumer.last_poll_timestamp(tp)
+        if self.backpressured:
+            self.pause([p], PauseReason.BACKPRESSURE)  # the bound holds for newly positioned ones too
+        self.release([p], PauseReason.HALTED)
+        self.release([p], PauseReason.POSITIONING)
+        log.info("partition %d resumes at %d (checkpoint %s)", p, decision.offset, checkpoint)
+
+    def halt(self, state: PartitionState, halt: Halt) -> None:
+        """History is gone: do not guess. An operator restores Redis or writes the checkpoint (README)."""
+        first = state.halted is None or state.halted.reason != halt.reason
+        state.ready = False
+        state.halted = halt
+        state.recheck_at = time.monotonic() + self.settings.halt_recheck_s
+        self.pause([state.partition], PauseReason.HALTED)
+        if first:
+            self._metrics.records_lost.inc(halt.lost)
+            log.error(
+                "partition %d halted (%s): %s. Nothing of it is consumed until an operator restores Redis or "
+                "writes its checkpoint (see README, Guarantees)",
+                state.partition,
+                halt.reason.value,
+                halt.detail,
+            )
+        self.update_halts()
+
+    def update_halts(self) -> None:
+        self._metrics.data_loss.set(len(self.halted))
+
+    async def out_of_range(self, offsets: dict[TopicPartition, int]) -> list[int]:
+        """The broker says a position is outside the log: retention deleted it, or the log is not the one the
+        checkpoint came from. Never reset silently (auto_offset_reset is "none"). Returns the halted ones."""
+        mine = {tp: o for tp, o in offsets.items() if tp.partition in self.parts}
+        if not mine:
+            return []
+        try:
+            starts = await self._consumer.beginning_offsets(list(mine))
+        except Exception:  # noqa: BLE001 - the halt is right either way; only its wording needs the start
+            starts = {}
+        for tp, offset in mine.items():
+            start = starts.get(tp)
+            if start is not None and offset < start:
+                halt = Halt(
+                    HaltReason.RETENTION_LOST,
+                    f"position {offset} but the log starts at {start}: {start - offset} records were deleted "
+                    "before they were applied",
+                    start - offset,
+                )
+            else:
+                halt = Halt(HaltReason.BEYOND_LOG_END, f"position {offset} is outside the log (re-created topic?)")
+            self.halt(self.parts[tp.partition], halt)
+        return [tp.partition for tp in mine]
+
+    def check_log_end(self) -> list[int]:
+        """A position past the log's end, seen in a fetch made after positioning: the checkpoint belongs to
+        another log (a topic deleted and re-created, a rebuilt or mirrored cluster). Returns the halted ones."""
+        halted = []
+        for tp in self.tps(self.parts):
+            state = self.parts[tp.partition]
+            if not state.ready:
+                continue
+            high = self._consumer.highwater(tp)
+            polled = self._consumer.last_poll_timestamp(tp)
+            if high is None or polled is None or polled == state.positioned_poll_ms or state.next_offset <= high:
+                continue
+            self.halt(
+                state,
+                Halt(
+                    HaltReason.BEYOND_LOG_END,
+                    f"checkpoint {state.checkpoint} (position {state.next_offset}) lies past the log end {high}: "
+                    "the topic was re-created or the cluster rebuilt",
+                ),
+            )
+            halted.append(tp.partition)
+        return halted
+
+    def update_lag(self) -> None:
+        for tp in self.tps(self.parts):
+            high = self._consumer.highwater(tp)
+            state = self.parts.get(tp.partition)
+            if high is None or state is None or not state.ready or state.next_offset < 0:
+                continue
+            self._metrics.consumer_lag.labels(str(tp.partition)).set(max(0, high - state.next_offset))
