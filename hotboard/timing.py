@@ -5,20 +5,22 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 
-async def ticker(interval_s: float, stop: asyncio.Event) -> AsyncIterator[int]:
+async def ticker(
+    interval_s: float, stop: asyncio.Event, clock: Callable[[], float] = time.monotonic
+) -> AsyncIterator[int]:
     """Yield once per interval on a fixed grid (a slow iteration does not push later ticks back); ends
     as soon as ``stop`` is set."""
-    start = time.monotonic()
+    start = clock()
     tick = 0
     while not stop.is_set():
         tick += 1
-        delay = start + tick * interval_s - time.monotonic()
+        delay = start + tick * interval_s - clock()
         if delay < 0:  # fell behind: skip missed ticks instead of bursting
             tick += int(-delay // interval_s) + 1
-            delay = start + tick * interval_s - time.monotonic()
+            delay = start + tick * interval_s - clock()
         if await wait_or_stop(stop, delay):
             return
         yield tick

@@ -24,6 +24,9 @@ class TcpProxy:
         self._loop = asyncio.new_event_loop()
         self._writers: set[asyncio.StreamWriter] = set()
         self._cut = False
+        #: While holding, bytes from clients are kept here instead of reaching the server (in order).
+        self._holding = False
+        self._held: list[tuple[asyncio.StreamWriter, bytes]] = []
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -45,6 +48,26 @@ class TcpProxy:
 
     def restore(self) -> None:
         asyncio.run_coroutine_threadsafe(self._set_cut(False), self._loop).result(5)
+
+    def hold(self) -> None:
+        """Keep every byte clients send from now on (a request stuck in the network); ``release()`` delivers."""
+        asyncio.run_coroutine_threadsafe(self._set_hold(True), self._loop).result(5)
+
+    def release(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._set_hold(False), self._loop).result(5)
+
+    def held(self) -> bytes:
+        return asyncio.run_coroutine_threadsafe(self._held_bytes(), self._loop).result(5)
+
+    async def _held_bytes(self) -> bytes:
+        return b"".join(data for _, data in self._held)
+
+    async def _set_hold(self, hold: bool) -> None:
+        self._holding = hold
+        if not hold:
+            for dst, data in self._held:
+                dst.write(data)
+            self._held.clear()
 
     async def _set_cut(self, cut: bool) -> None:
         self._cut = cut
@@ -73,14 +96,17 @@ class TcpProxy:
             return
         self._writers.update((writer, up_writer))
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool) -> None:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
                 while data := await src.read(65536):
+                    if upstream and self._holding:
+                        self._held.append((dst, data))
+                        continue
                     dst.write(data)
                     await dst.drain()
             dst.transport.abort()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
         self._writers.difference_update((writer, up_writer))
 
 
