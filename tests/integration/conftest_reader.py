@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -32,14 +33,23 @@ async def asgi_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
             yield client
 
 
+@dataclass(frozen=True)
+class ApiServer:
+    url: str
+    port: int
+    pid: int
+
+
 @contextlib.contextmanager
-def api_process(redis_url: str, log_dir: Path, *extra: str, timeout_s: float = 20.0) -> Iterator[str]:
-    """``hotboard api`` as a child process on a free loopback port; yields its base URL."""
+def api_server(
+    redis_url: str, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None, timeout_s: float = 20.0
+) -> Iterator[ApiServer]:
+    """``hotboard api`` as a child process on a free loopback port, ``env`` added to its environment."""
     port = free_port()
-    env = {**os.environ, "HOTBOARD_REDIS": redis_url}
+    child_env = {**os.environ, "HOTBOARD_REDIS": redis_url, **(env or {})}
     command = [sys.executable, "-m", "hotboard.cli", "api", "--host", LOOPBACK, "--port", str(port), *extra]
     with (log_dir / f"api-{port}.log").open("ab") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(command, env=child_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     base = f"http://{LOOPBACK}:{port}"
     try:
         deadline = time.monotonic() + timeout_s
@@ -54,6 +64,13 @@ def api_process(redis_url: str, log_dir: Path, *extra: str, timeout_s: float = 2
             if time.monotonic() > deadline:
                 raise RuntimeError(f"hotboard api did not answer within {timeout_s:.0f}s")
             time.sleep(0.05)
-        yield base
+        yield ApiServer(base, port, proc.pid)
     finally:
         stop_process(proc)
+
+
+@contextlib.contextmanager
+def api_process(redis_url: str, log_dir: Path, *extra: str, timeout_s: float = 20.0) -> Iterator[str]:
+    """``hotboard api`` as a child process on a free loopback port; yields its base URL."""
+    with api_server(redis_url, log_dir, *extra, timeout_s=timeout_s) as server:
+        yield server.url
