@@ -56,10 +56,18 @@ def test_encoded_slash_stays_inside_its_segment() -> None:
     assert rewrite(b"/v1/boards/b/players/a%1Fb") == "/v1/boards/b/players/a\x00b"
 
 
+@pytest.mark.parametrize(
+    ("raw", "score"),
+    [(b"-42", -42), (b"9007199254740991", 2**53 - 1), (b"-9007199254740991", -(2**53 - 1)),
+     (b"9007199254740992", 2**53 - 1), (b"1e+17", 2**53 - 1), (b"1.8446744073709552e+19", 2**53 - 1),
+     (b"inf", 2**53 - 1), (b"-inf", -(2**53 - 1)), (b"nan", 0), (b"2.5", 2), (b"-2.5", -2)],
+)  # fmt: skip
+def test_every_stored_score_has_an_integer_answer(raw: bytes, score: int) -> None:
+    """Exact within +-(2^53 - 1), saturated beyond (README, "Read API")."""
+    assert parse_score(raw) == score
+
+
 def test_scores_and_pages() -> None:
-    assert parse_score(b"-42") == -42
-    assert parse_score(b"9007199254740991") == 2**53 - 1
-    assert parse_score(b"1e+17") == 2**53 - 1  # beyond exact: saturated
     assert parse_page(10, [b"a", b"5", "b", "-1"]) == [Entry(11, "a", 5), Entry(12, "b", -1)]
 
 
