@@ -9,6 +9,11 @@ measures. While measuring, the board changes once per second (one player's score
 flush would), so cache hits are earned, not assumed.
 
     python -m bench.api [--players 1000000] [--extra-sizes 10000000] [--seconds 3] [--sweep 1,2,4,8,16,32,64]
+                        [--compare-servers httptools,bounded]
+
+``--compare-servers`` runs one API process per ``HOTBOARD_API_HTTP`` value (``httptools``: stock uvicorn
+httptools, the setup before the limits; ``h11``; ``bounded``: the default) against the same board in the
+same run, the sweep on the last one, and the cells interleaved question by question so drift hits all alike.
 """
 
 from __future__ import annotations
@@ -195,13 +200,13 @@ class Flusher(threading.Thread):
         self.client.close()
 
 
-def start_api(redis_url: str, log: Path, cache_size: int) -> tuple[subprocess.Popen[bytes], int]:
+def start_api(redis_url: str, log: Path, cache_size: int, http: str = "bounded") -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     command = [sys.executable, "-m", "hotboard.cli", "--log-level", "WARNING", "api", "--redis", redis_url,
                "--port", str(port), "--cache-size", str(cache_size)]  # fmt: skip
     with log.open("ab") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "HOTBOARD_API_LOG_LEVEL": "warning"})  # fmt: skip
+        env = {**os.environ, "HOTBOARD_API_LOG_LEVEL": "warning", "HOTBOARD_API_HTTP": http}
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 30
     while not port_open(port):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -216,11 +221,54 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def row(name: str, api: dict[str, Any], direct: dict[str, Any] | None) -> str:
-    cells = f"{name:<18}| {api['rps']:>9,.0f} | {api['p50']:>6.2f} | {api['p99']:>6.2f} "
+    cells = f"{name:<22}| {api['rps']:>9,.0f} | {api['p50']:>6.2f} | {api['p99']:>6.2f} "
     if direct is None:
         return cells + "|" + " " * 28 + "|"
     ratio = api["rps"] / direct["rps"]
     return cells + f"| {direct['rps']:>9,.0f} | {direct['p50']:>6.2f} | {direct['p99']:>6.2f} | {ratio:>5.2f}"
+
+
+def print_header(first: str) -> None:
+    print(f"{first:<22}| {'API req/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} "
+          f"| {'redis-py/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} | API/direct")  # fmt: skip
+    print("-" * 100)
+
+
+def sweep_servers(url: str, tmp: Path, args: argparse.Namespace, modes: list[str]) -> int:
+    """The sweep on the last server; returns the chosen concurrency."""
+    sweep = [int(c) for c in args.sweep.split(",")]
+    api, port = start_api(url, tmp / f"api-sweep-{modes[-1]}.log", cache_size=1024, http=modes[-1])
+    try:
+        results = {c: measure("http", str(port), "rank", args.players, c, args.seconds) for c in sweep}
+    finally:
+        stop(api)
+    peak = max(r["rps"] for r in results.values())
+    chosen = min(c for c, r in results.items() if r["rps"] >= 0.8 * peak)
+    print(f"  sweep (rank via API, {modes[-1]}): " + ", ".join(
+        f"c={c} {r['rps']:,.0f}/s p99 {r['p99']:.2f}ms" for c, r in results.items()))  # fmt: skip
+    print(f"  concurrency {chosen}: the lowest giving >= 80% of the peak {peak:,.0f} req/s")
+    return chosen
+
+
+def compare_servers(url: str, tmp: Path, args: argparse.Namespace, modes: list[str]) -> None:
+    """Every server setup at one concurrency against one board, interleaved question by question."""
+    chosen = sweep_servers(url, tmp, args, modes)
+    servers = {m: start_api(url, tmp / f"api-{m}.log", cache_size=1024, http=m) for m in modes}
+    try:
+        cells = {(q, m): measure("http", str(servers[m][1]), q, args.players, chosen, args.seconds)
+                 for q in QUESTIONS for m in modes}  # fmt: skip
+    finally:
+        for proc, _ in servers.values():
+            stop(proc)
+    direct = {q: measure("direct", url, q, args.players, chosen, args.seconds) for q in QUESTIONS}
+    print()
+    print(f"board of {args.players:,} players, concurrency {chosen}, {args.seconds:.0f}s per cell, "
+          f"board changing once per second; servers: {', '.join(modes)}")  # fmt: skip
+    print_header("question / server")
+    for q in QUESTIONS:
+        for m in modes:
+            print(row(f"{q} {m}", cells[(q, m)], direct[q]))
+    print(f"non-200 answers: {sum(c['errors'] for c in cells.values())}")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -243,6 +291,10 @@ def run(args: argparse.Namespace) -> None:
             print(f"  memory  {memory(client, args.players, before)} (filled in {took:.1f}s)")
             flusher = Flusher(server.url, args.players)
             flusher.start()
+            if args.compare_servers:
+                compare_servers(server.url, Path(tmp), args, args.compare_servers.split(","))
+                flusher.close()
+                return
             api, port = start_api(server.url, Path(tmp) / "api.log", cache_size=1024)
             try:
                 sweep_results = {c: measure("http", str(port), "rank", args.players, c, args.seconds) for c in sweep}
@@ -265,9 +317,7 @@ def run(args: argparse.Namespace) -> None:
             print()
             print(f"board of {args.players:,} players, concurrency {chosen}, {args.seconds:.0f}s per cell, "
                   f"board changing once per second")  # fmt: skip
-            print(f"{'question':<18}| {'API req/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} "
-                  f"| {'redis-py/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} | API/direct")  # fmt: skip
-            print("-" * 96)
+            print_header("question")
             for q in QUESTIONS:
                 print(row(q, results[q], direct[q]))
             print(row("top-100 no cache", uncached, direct["top-100"]))
@@ -287,6 +337,9 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--sweep", default="1,2,4,8,16,32,64")
+    parser.add_argument(
+        "--compare-servers", default="", help="e.g. httptools,bounded: HOTBOARD_API_HTTP values measured side by side"
+    )
     parser.add_argument("--client", choices=("http", "direct"), help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     parser.add_argument("--question", help=argparse.SUPPRESS)
