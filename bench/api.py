@@ -9,25 +9,31 @@ measures. While measuring, the board changes once per second (one player's score
 flush would), so cache hits are earned, not assumed.
 
     python -m bench.api [--players 1000000] [--extra-sizes 10000000] [--seconds 3] [--sweep 1,2,4,8,16,32,64]
-                        [--compare-servers httptools,bounded]
+                        [--compare-servers httptools,bounded] [--flood httptools,h11,bounded]
 
 ``--compare-servers`` runs one API process per ``HOTBOARD_API_HTTP`` value (``httptools``: stock uvicorn
 httptools, the setup before the limits; ``h11``; ``bounded``: the default) against the same board in the
 same run, the sweep on the last one, and the cells interleaved question by question so drift hits all alike.
+``--flood`` instead measures, per setup, the RSS one client can make the API hold by pipelining and never
+reading (8 MiB on one connection, 1 MiB on each of ten).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
+import select
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +160,79 @@ def measure(kind: str, target: str, question: str, players: int, concurrency: in
     out = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60, check=True)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
+
+
+# --- pipelining flood: what one client that never reads makes the server hold ------------------------------
+
+MiB = 1 << 20
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+@contextlib.contextmanager
+def pipelined_flood(port: int, pid: int, request: bytes, mib: int, connections: int) -> Iterator[int]:
+    """Sends ``mib`` MiB of pipelined ``request`` on each of ``connections`` connections and never reads; yields
+    the server's peak RSS growth in bytes while those connections are still open. Sending on a connection
+    stops when all is sent or the server stops reading (not writable for a second); then the server is
+    watched until its CPU time stops moving, i.e. it has done all it will do with what it read."""
+    with socket.create_connection((LOOPBACK, port), timeout=30) as warm:  # code loaded, pools filled: not the bound
+        warm.sendall(request * 2000)
+        answers = b""
+        while answers.count(b"HTTP/1.1 200 ") < 2000:
+            chunk = warm.recv(MiB)
+            if not chunk:
+                raise RuntimeError("the server closed the warm-up connection")
+            answers += chunk
+    base = peak = rss_bytes(pid)
+    payload = memoryview(request * (mib * MiB // len(request)))
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(connections):
+            sock = socket.create_connection((LOOPBACK, port))
+            sock.setblocking(False)
+            socks.append(sock)
+            sent = 0
+            while sent < len(payload) and select.select([], [sock], [], 1.0)[1]:
+                with contextlib.suppress(BlockingIOError):
+                    sent += sock.send(payload[sent : sent + 65536])
+                peak = max(peak, rss_bytes(pid))
+        deadline = time.monotonic() + 30
+        last, unchanged = cpu_ticks(pid), 0
+        while unchanged < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the watch's sampling interval
+            peak = max(peak, rss_bytes(pid))
+            ticks = cpu_ticks(pid)
+            unchanged = unchanged + 1 if ticks == last else 0
+            last = ticks
+        yield peak - base
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def flood_servers(url: str, tmp: Path, modes: list[str]) -> None:
+    request = f"GET /v1/boards/{BOARD}/players/p-5 HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
+    print("pipelined rank requests never read (peak RSS growth of the API process):")
+    for mode in modes:
+        for mib, connections in ((8, 1), (1, 10)):
+            api, port = start_api(url, tmp / f"api-flood-{mode}.log", cache_size=1024, http=mode)
+            try:
+                with pipelined_flood(port, api.pid, request, mib, connections) as growth:
+                    print(f"  {mode:<10} {connections:>2} connection(s) x {mib} MiB: +{growth / MiB:,.1f} MiB")
+            finally:
+                stop(api)
 
 
 # --- orchestration ---------------------------------------------------------------------------------------
@@ -291,6 +370,10 @@ def run(args: argparse.Namespace) -> None:
             print(f"  memory  {memory(client, args.players, before)} (filled in {took:.1f}s)")
             flusher = Flusher(server.url, args.players)
             flusher.start()
+            if args.flood:
+                flood_servers(server.url, Path(tmp), args.flood.split(","))
+                flusher.close()
+                return
             if args.compare_servers:
                 compare_servers(server.url, Path(tmp), args, args.compare_servers.split(","))
                 flusher.close()
@@ -340,6 +423,7 @@ def main() -> None:
     parser.add_argument(
         "--compare-servers", default="", help="e.g. httptools,bounded: HOTBOARD_API_HTTP values measured side by side"
     )
+    parser.add_argument("--flood", default="", help="e.g. httptools,h11,bounded: pipelining memory per server setup")
     parser.add_argument("--client", choices=("http", "direct"), help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     parser.add_argument("--question", help=argparse.SUPPRESS)

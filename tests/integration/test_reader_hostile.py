@@ -19,6 +19,7 @@ import orjson
 import pytest
 import redis
 
+from bench.api import MiB, pipelined_flood
 from hotboard import keys
 from hotboard.devstack import LOOPBACK, free_port
 from tests.integration.conftest_reader import ApiServer, api_server
@@ -27,7 +28,6 @@ pytestmark = pytest.mark.integration
 
 BOARD = "g"
 RANK = b"GET /v1/boards/g/players/p5 HTTP/1.1\r\nHost: t\r\n\r\n"
-MiB = 1 << 20
 #: The documented saturation bound (README, "Read API"); spelled out so this file runs against older code.
 MAX_SCORE = 2**53 - 1
 
@@ -100,64 +100,15 @@ def error_code(body: bytes) -> str:
 # --- 1. pipelining ------------------------------------------------------------------------------------
 
 
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def cpu_ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def flood(server: ApiServer, mib_per_connection: int, connections: int) -> int:
-    """Pipelined rank requests, never read: the peak RSS growth in bytes. Sending stops when everything is
-    sent or the server stops reading (its socket not writable for a second); then the server is watched
-    until its CPU time stops moving (it has done all it will do with what it read)."""
-    with connect(server.port) as warm:  # the first requests load code and fill pools: not the bound under test
-        warm.sendall(RANK * 2000)
-        answers = b""
-        while answers.count(b"HTTP/1.1 200 ") < 2000:
-            chunk = warm.recv(MiB)
-            assert chunk, "closed during the warm-up"
-            answers += chunk
-    base = peak = rss_bytes(server.pid)
-    payload = memoryview(RANK * (mib_per_connection * MiB // len(RANK)))
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(connections):
-            sock = connect(server.port)
-            sock.setblocking(False)
-            socks.append(sock)
-            sent = 0
-            while sent < len(payload) and select.select([], [sock], [], 1.0)[1]:
-                with contextlib.suppress(BlockingIOError):
-                    sent += sock.send(payload[sent : sent + 65536])
-                peak = max(peak, rss_bytes(server.pid))
-        deadline = time.monotonic() + 30
-        last, unchanged = cpu_ticks(server.pid), 0
-        while unchanged < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)  # sampling interval of the watch, not a synchronisation
-            peak = max(peak, rss_bytes(server.pid))
-            ticks = cpu_ticks(server.pid)
-            unchanged = unchanged + 1 if ticks == last else 0
-            last = ticks
-        assert ask(server.port, RANK)[0] == 200, "a well-behaved client must still be served"
-    finally:
-        for sock in socks:
-            sock.close()
-    return peak - base
-
-
 @pytest.mark.parametrize(("mib", "connections"), [(8, 1), (1, 10)])
 def test_pipelined_flood_holds_a_small_constant(board: str, tmp_path: Path, mib: int, connections: int) -> None:
-    with api_server(board, tmp_path, env={"HOTBOARD_API_LOG_LEVEL": "warning"}) as server:
-        growth = flood(server, mib, connections)
-    assert growth < 16 * MiB, f"RSS grew by {growth / MiB:.1f} MiB"
+    with (
+        api_server(board, tmp_path, env={"HOTBOARD_API_LOG_LEVEL": "warning"}) as server,
+        pipelined_flood(server.port, server.pid, RANK, mib, connections) as growth,
+    ):
+        print(f"pipelined flood, {connections} x {mib} MiB: RSS +{growth / MiB:.1f} MiB")
+        assert growth < 16 * MiB, f"RSS grew by {growth / MiB:.1f} MiB"
+        assert ask(server.port, RANK)[0] == 200, "a well-behaved client must still be served"
 
 
 # --- 2. request line and header limits; 6. no redirect built from Host ------------------------------------
