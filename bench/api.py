@@ -15,7 +15,7 @@ flush would), so cache hits are earned, not assumed.
 httptools, the setup before the limits; ``h11``; ``bounded``: the default) against the same board in the
 same run, the sweep on the last one, and the cells interleaved question by question so drift hits all alike.
 ``--flood`` instead measures, per setup, the RSS one client can make the API hold by pipelining and never
-reading (8 MiB on one connection, 1 MiB on each of ten).
+reading (``--flood-cases``: 8 MiB on one connection, 1 MiB on each of ten).
 """
 
 from __future__ import annotations
@@ -222,11 +222,11 @@ def pipelined_flood(port: int, pid: int, request: bytes, mib: int, connections: 
             sock.close()
 
 
-def flood_servers(url: str, tmp: Path, modes: list[str]) -> None:
+def flood_servers(url: str, tmp: Path, modes: list[str], cases: list[tuple[int, int]]) -> None:
     request = f"GET /v1/boards/{BOARD}/players/p-5 HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
     print("pipelined rank requests never read (peak RSS growth of the API process):")
     for mode in modes:
-        for mib, connections in ((8, 1), (1, 10)):
+        for connections, mib in cases:
             api, port = start_api(url, tmp / f"api-flood-{mode}.log", cache_size=1024, http=mode)
             try:
                 with pipelined_flood(port, api.pid, request, mib, connections) as growth:
@@ -371,7 +371,8 @@ def run(args: argparse.Namespace) -> None:
             flusher = Flusher(server.url, args.players)
             flusher.start()
             if args.flood:
-                flood_servers(server.url, Path(tmp), args.flood.split(","))
+                cases = [(int(n), int(m)) for n, _, m in (c.partition("x") for c in args.flood_cases.split(","))]
+                flood_servers(server.url, Path(tmp), args.flood.split(","), cases)
                 flusher.close()
                 return
             if args.compare_servers:
@@ -424,6 +425,7 @@ def main() -> None:
         "--compare-servers", default="", help="e.g. httptools,bounded: HOTBOARD_API_HTTP values measured side by side"
     )
     parser.add_argument("--flood", default="", help="e.g. httptools,h11,bounded: pipelining memory per server setup")
+    parser.add_argument("--flood-cases", default="1x8,10x1", help="CONNECTIONSxMIB each, for --flood")
     parser.add_argument("--client", choices=("http", "direct"), help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     parser.add_argument("--question", help=argparse.SUPPRESS)
