@@ -37,8 +37,9 @@ def uvicorn_options(settings: ApiSettings) -> dict[str, Any]:
     }  # fmt: skip
     if settings.api_http == "httptools":
         return {**common, "http": "httptools"}
+    # No proxy is assumed in front, so no X-Forwarded-* header is trusted (uvicorn trusts them from loopback).
     bounds: dict[str, Any] = {"limit_concurrency": settings.api_max_connections + 1,  # uvicorn counts the new one
-                              "timeout_keep_alive": settings.api_keep_alive_s}  # fmt: skip
+                              "timeout_keep_alive": settings.api_keep_alive_s, "proxy_headers": False}  # fmt: skip
     if settings.api_http == "h11":
         head = settings.api_max_request_line_bytes + settings.api_max_header_bytes
         return {**common, **bounds, "http": "h11", "h11_max_incomplete_event_size": head}
