@@ -307,10 +307,10 @@ def row(name: str, api: dict[str, Any], direct: dict[str, Any] | None) -> str:
     return cells + f"| {direct['rps']:>9,.0f} | {direct['p50']:>6.2f} | {direct['p99']:>6.2f} | {ratio:>5.2f}"
 
 
-def print_header(first: str) -> None:
+def print_header(first: str, extra: str = "") -> None:
     print(f"{first:<22}| {'API req/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} "
-          f"| {'redis-py/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} | API/direct")  # fmt: skip
-    print("-" * 100)
+          f"| {'redis-py/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} | API/direct{extra}")  # fmt: skip
+    print("-" * (100 + len(extra)))
 
 
 def sweep(port: int, args: argparse.Namespace, label: str) -> int:
@@ -339,13 +339,22 @@ def sweep_servers(url: str, tmp: Path, args: argparse.Namespace, modes: list[str
         stop(api)
 
 
+def measure_cpu(proc: subprocess.Popen[bytes], port: int, question: str, args: argparse.Namespace,
+                concurrency: int) -> dict[str, Any]:  # fmt: skip
+    """One cell, plus the API process's CPU time per answered request: far steadier than requests/s on a
+    shared machine, since another process's load delays the server but does not make it spend more."""
+    before = cpu_ticks(proc.pid)
+    result = measure("http", str(port), question, args.players, concurrency, args.seconds)
+    spent_s = (cpu_ticks(proc.pid) - before) / os.sysconf("SC_CLK_TCK")
+    return {**result, "cpu_us": spent_s / max(1, result["n"]) * 1e6}
+
+
 def compare_servers(url: str, tmp: Path, args: argparse.Namespace, modes: list[str]) -> None:
     """Every server setup at one concurrency against one board, interleaved question by question."""
     chosen = sweep_servers(url, tmp, args, modes)
     servers = {m: start_api(url, tmp / f"api-{m}.log", cache_size=1024, http=m) for m in modes}
     try:
-        cells = {(q, m): measure("http", str(servers[m][1]), q, args.players, chosen, args.seconds)
-                 for q in QUESTIONS for m in modes}  # fmt: skip
+        cells = {(q, m): measure_cpu(*servers[m], q, args, chosen) for q in QUESTIONS for m in modes}
     finally:
         for proc, _ in servers.values():
             stop(proc)
@@ -353,10 +362,10 @@ def compare_servers(url: str, tmp: Path, args: argparse.Namespace, modes: list[s
     print()
     print(f"board of {args.players:,} players, concurrency {chosen}, {args.seconds:.0f}s per cell, "
           f"board changing once per second; servers: {', '.join(modes)}")  # fmt: skip
-    print_header("question / server")
+    print_header("question / server", " | API CPU us/req")
     for q in QUESTIONS:
         for m in modes:
-            print(row(f"{q} {m}", cells[(q, m)], direct[q]))
+            print(row(f"{q} {m}", cells[(q, m)], direct[q]) + f" | {cells[(q, m)]['cpu_us']:>14,.0f}")
     print(f"non-200 answers: {sum(c['errors'] for c in cells.values())}")
 
 
