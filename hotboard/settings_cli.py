@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
@@ -43,12 +43,14 @@ def add_options(
     for name, field in settings.model_fields.items():
         if only is not None and name not in only:
             continue
+        choices = get_args(field.annotation) if get_origin(field.annotation) is Literal else None
         parser.add_argument(
             option(name),
             *(aliases or {}).get(name, ()),
             dest=name,
             type=_TYPES.get(field.annotation, str),
             default=argparse.SUPPRESS,
+            choices=choices,
             metavar=name.upper(),
             help=_help(settings, name, field),
         )

@@ -67,12 +67,16 @@ def create_app(settings: ApiSettings, redis: Redis | None = None) -> Starlette:
     app = Starlette(
         routes=ROUTES,
         middleware=[
-            Middleware(FastPath, metrics=metrics),
+            Middleware(FastPath, metrics=metrics, retry_after_s=settings.api_retry_after_s),
             Middleware(EncodedSlashMiddleware),
             Middleware(MetricsMiddleware, metrics=metrics),
         ],
         exception_handlers=errors.handlers(settings.api_retry_after_s),
         lifespan=lifespan,
     )
-    app.state.openapi = orjson.dumps(document("hotboard read API", "1.0.0", DESCRIPTION))
+    # No trailing-slash redirects: Starlette builds them from the Host header, which a client controls.
+    app.router.redirect_slashes = False
+    app.state.openapi = orjson.dumps(
+        document("hotboard read API", "1.0.0", DESCRIPTION, settings.api_max_request_line_bytes)
+    )
     return app

@@ -1,4 +1,5 @@
-"""``hotboard api``: serve the read API with uvicorn (uvloop event loop, httptools parser)."""
+"""``hotboard api``: serve the read API with uvicorn (uvloop event loop, httptools parser with the bounds of
+:mod:`reader_api.server`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import uvicorn
 
 from hotboard.settings_cli import add_options, settings_from
 from reader_api.app import create_app
+from reader_api.server import Limits, protocol_class
 from reader_api.settings import ApiSettings
 
 #: Short spellings kept from before the options were generated (``--api-host`` etc. work too).
@@ -21,16 +23,31 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=cmd_api)
 
 
+def uvicorn_options(settings: ApiSettings) -> dict[str, Any]:
+    """The server setup: ``api_http=httptools`` reproduces the stock setup the benchmark compares against."""
+    common: dict[str, Any] = {
+        "host": settings.api_host, "port": settings.api_port, "loop": "uvloop", "access_log": False,
+        "log_level": settings.api_log_level, "server_header": False,
+    }  # fmt: skip
+    if settings.api_http == "httptools":
+        return {**common, "http": "httptools"}
+    # No proxy is assumed in front, so no X-Forwarded-* header is trusted (uvicorn trusts them from loopback).
+    bounds: dict[str, Any] = {"limit_concurrency": settings.api_max_connections + 1,  # uvicorn counts the new one
+                              "timeout_keep_alive": settings.api_keep_alive_s, "proxy_headers": False}  # fmt: skip
+    if settings.api_http == "h11":
+        head = settings.api_max_request_line_bytes + settings.api_max_header_bytes
+        return {**common, **bounds, "http": "h11", "h11_max_incomplete_event_size": head}
+    limits = Limits(
+        max_request_line_bytes=settings.api_max_request_line_bytes,
+        max_header_bytes=settings.api_max_header_bytes,
+        max_headers=settings.api_max_headers,
+        head_timeout_s=settings.api_head_timeout_s,
+        retry_after_s=settings.api_retry_after_s,
+    )
+    return {**common, **bounds, "http": protocol_class(limits)}
+
+
 def cmd_api(args: argparse.Namespace) -> int:
     settings = settings_from(ApiSettings, args)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.api_host,
-        port=settings.api_port,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level=settings.api_log_level,
-        server_header=False,
-    )
+    uvicorn.run(create_app(settings), **uvicorn_options(settings))
     return 0

@@ -42,6 +42,11 @@ def invalid(parameter: str, message: str) -> ApiError:
     return ApiError(422, "invalid_parameter", f"{parameter}: {message}", parameter)
 
 
+def corrupt(key: str, message: str) -> ApiError:
+    """Stored data no writer of ours produces: the board cannot be answered until someone repairs ``key``."""
+    return ApiError(503, "corrupt_data", f"{key}: {message}")
+
+
 def error_response(
     status: int, code: str, message: str, parameter: str | None = None, headers: Mapping[str, str] | None = None
 ) -> Response:
@@ -51,12 +56,25 @@ def error_response(
     return Response(orjson.dumps(body), status_code=status, media_type=JSON, headers=headers)
 
 
-def handlers(retry_after_s: int) -> dict[type[Exception], ExceptionHandler]:
-    unavailable_headers = {"Retry-After": str(retry_after_s)}
+def api_failure(exc: ApiError, retry_after_s: int) -> Response:
+    headers = {"Retry-After": str(retry_after_s)} if exc.status == 503 else None
+    return error_response(exc.status, exc.code, exc.message, exc.parameter, headers)
 
+
+def redis_failure(exc: Exception, retry_after_s: int) -> Response:
+    """Any Redis error or socket error towards Redis: 503 with ``Retry-After``."""
+    headers = {"Retry-After": str(retry_after_s)}
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
+        log.warning("redis unreachable: %s", exc)
+        return error_response(503, "redis_unavailable", "Redis is unreachable; retry later", None, headers)
+    log.error("redis error: %r", exc)
+    return error_response(503, "redis_error", "Redis could not answer; retry later", None, headers)
+
+
+def handlers(retry_after_s: int) -> dict[type[Exception], ExceptionHandler]:
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return error_response(exc.status, exc.code, exc.message, exc.parameter)
+        return api_failure(exc, retry_after_s)
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -64,12 +82,7 @@ def handlers(retry_after_s: int) -> dict[type[Exception], ExceptionHandler]:
         return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
     async def on_redis(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
-            log.warning("redis unreachable: %s", exc)
-            return error_response(503, "redis_unavailable", "Redis is unreachable; retry later", None,
-                                  unavailable_headers)  # fmt: skip
-        log.error("redis error: %r", exc)
-        return error_response(503, "redis_error", "Redis could not answer; retry later", None, unavailable_headers)
+        return redis_failure(exc, retry_after_s)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s", request.url.path)

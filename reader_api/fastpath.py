@@ -3,10 +3,10 @@
 A py-spy profile of ``hotboard api`` under load put request/response objects, routing and the middleware
 chain at about a third of the CPU of a rank request. Rank, around-me and top pages are most of the traffic,
 so for them this front door parses the path and query itself, asks the same :class:`~reader_api.service.Reader`
-and writes the same bytes. It only ever answers the happy path: anything unusual — another route, a
-percent-encoded path, a query it does not fully understand, a parameter that does not validate, a 404, a
-Redis error — is handed unchanged to the full app, which answers it the one documented way. Every request
-here is a read, so handing one over after a failed attempt is safe.
+and writes the same bytes. A request it does not fully understand — another route, a percent-encoded path,
+a query with escapes, repeats or unknown keys — is handed unchanged to the full app. Once it has asked Redis,
+it answers whatever happens itself (404, 422, 503 through the same functions as the full app's handlers):
+handing a failed request over would ask a struggling Redis twice and double the time to the 503.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 
 from redis.exceptions import RedisError
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from reader_api.errors import JSON, ApiError
+from reader_api.errors import JSON, ApiError, api_failure, redis_failure
 from reader_api.metrics import ApiMetrics
 from reader_api.params import check_board, check_player, int_param
 from reader_api.service import Reader
@@ -61,25 +62,31 @@ def simple_query(raw: bytes, allowed: frozenset[str]) -> dict[str, str] | None:
 
 
 class FastPath:
-    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics, retry_after_s: int) -> None:
         self.app = app
         self.metrics = metrics
+        self.retry_after_s = retry_after_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and b"%" not in scope.get("raw_path", b"%"):
             found = match(scope["path"])
             if found is not None:
                 started = time.perf_counter()
-                body = await self._answer(scope, *found)
-                if body is not None:
-                    headers = [*_HEADERS, (b"content-length", str(len(body)).encode())]
+                answer = await self._answer(scope, *found)
+                if isinstance(answer, bytes):
+                    headers = [*_HEADERS, (b"content-length", str(len(answer)).encode())]
                     await send({"type": "http.response.start", "status": 200, "headers": headers})
-                    await send({"type": "http.response.body", "body": body})
+                    await send({"type": "http.response.body", "body": answer})
                     self.metrics.observe(found[0], "GET", 200, time.perf_counter() - started)
+                    return
+                if answer is not None:
+                    await answer(scope, receive, send)
+                    self.metrics.observe(found[0], "GET", answer.status_code, time.perf_counter() - started)
                     return
         await self.app(scope, receive, send)
 
-    async def _answer(self, scope: Scope, route: str, params: list[str]) -> bytes | None:
+    async def _answer(self, scope: Scope, route: str, params: list[str]) -> bytes | Response | None:
+        """The body of a 200, an error response, or None: the full app must answer."""
         query = simple_query(scope["query_string"], QUERY_KEYS[route])
         if query is None:
             return None
@@ -92,5 +99,7 @@ class FastPath:
             if route == PLAYER:
                 return await reader.player(board, player)
             return await reader.around(board, player, int_param(query, "radius"))
-        except (ApiError, RedisError):
-            return None  # the full app answers it: 404, 422 or 503, with the documented body
+        except ApiError as exc:
+            return api_failure(exc, self.retry_after_s)
+        except (RedisError, OSError) as exc:
+            return redis_failure(exc, self.retry_after_s)

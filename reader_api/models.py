@@ -3,15 +3,24 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, Field
 
+from reader_api.snapshot import MAX_SCORE
+
+Score = Annotated[
+    int,
+    Field(ge=-MAX_SCORE, le=MAX_SCORE, description="Exact integer total; a stored score beyond ±(2^53 - 1) "
+          "answers saturated at that bound"),
+]  # fmt: skip
 AS_OF = "Milliseconds since the epoch of the last window applied to the board; null if never flushed"
 
 
 class Entry(BaseModel):
     rank: int = Field(ge=1, description="1-based; highest score first, equal scores reverse-lexicographic by id")
     player: str
-    score: int
+    score: Score
 
 
 class TopPage(BaseModel):
@@ -25,7 +34,7 @@ class PlayerRank(BaseModel):
     board: str
     player: str
     rank: int = Field(ge=1)
-    score: int
+    score: Score
     total: int = Field(ge=0)
     as_of: int | None = Field(description=AS_OF)
 

@@ -47,11 +47,21 @@ def _int_param(name: str) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "description": _INT_DOCS[name], "schema": schema}
 
 
-_IDS = {
-    "name": "ids", "in": "query", "required": True,
-    "description": f"Comma-separated player ids, at most {MAX_IDS}; duplicates are ignored",
-    "schema": {"type": "string", "minLength": 1},
-}  # fmt: skip
+_ID = f"[^,\\u0000-\\u001f\\u007f-\\u009f]{{1,{PLAYER_MAX_CHARS}}}"
+#: Worst-case bytes per character in a query (a 4-byte UTF-8 character, percent-encoded) and room for the rest
+#: of the request line, so any ``ids`` value within ``maxLength`` fits the server's request-line limit.
+_ENCODED_CHAR_BYTES, _LINE_OVERHEAD = 12, 512
+
+
+def _ids(max_request_line_bytes: int) -> dict[str, Any]:
+    """The validator's rule as a schema: 1 to MAX_IDS ids joined by commas, each a valid player id."""
+    max_chars = (max_request_line_bytes - _LINE_OVERHEAD) // _ENCODED_CHAR_BYTES
+    return {
+        "name": "ids", "in": "query", "required": True,
+        "description": f"Comma-separated player ids, at most {MAX_IDS} (duplicates count, and are answered once). "
+        f"Any value up to {max_chars} characters fits the request-line limit; a longer one may get 414",
+        "schema": {"type": "string", "pattern": f"^{_ID}(,{_ID}){{0,{MAX_IDS - 1}}}$", "maxLength": max_chars},
+    }  # fmt: skip
 
 
 def _json(model: type[BaseModel], description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -68,7 +78,12 @@ _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait", "schema": {"ty
 _ERRORS = {
     "404": _json(models.ErrorBody, "Unknown board or player"),
     "422": _json(models.ErrorBody, "Invalid parameter, named in `parameter`"),
-    "503": _json(models.ErrorBody, "Redis unreachable; retry after Retry-After seconds", _RETRY_AFTER),
+    "503": _json(
+        models.ErrorBody,
+        "Redis unreachable, or the board's stored meta is corrupt (the message names "
+        "the key); retry after Retry-After seconds",
+        _RETRY_AFTER,
+    ),
 }
 
 
@@ -84,7 +99,7 @@ def _operation(op_id: str, summary: str, params: list[dict[str, Any]], model: ty
     }
 
 
-def document(title: str, version: str, description: str) -> dict[str, Any]:
+def document(title: str, version: str, description: str, max_request_line_bytes: int) -> dict[str, Any]:
     all_models = (models.TopPage, models.PlayerRank, models.Neighbourhood, models.FriendsList, models.ErrorBody,
                   models.Health)  # fmt: skip
     _, defs = models_json_schema([(m, "serialization") for m in all_models], ref_template=REF)
@@ -107,7 +122,10 @@ def document(title: str, version: str, description: str) -> dict[str, Any]:
                 models.Neighbourhood,
             ),
             "/v1/boards/{board}/players": _operation(
-                "players", "Several players (a friends list), sorted by rank", [board, _IDS], models.FriendsList
+                "players",
+                "Several players (a friends list), sorted by rank",
+                [board, _ids(max_request_line_bytes)],
+                models.FriendsList,
             ),
             "/healthz": {
                 "get": {

@@ -36,14 +36,16 @@ def check_player(player: str, parameter: str = "player") -> str:
 
 
 def parse_ids(ids: str) -> list[str]:
-    """Comma-separated player ids, duplicates dropped (first occurrence kept), 1 to ``MAX_IDS`` of them.
+    """Comma-separated player ids, 1 to ``MAX_IDS`` of them, duplicates dropped (first occurrence kept).
+    Duplicates count towards the limit, so the rule is a plain pattern (the OpenAPI schema states it).
 
     Ids are taken verbatim (a space is a legal id character); an id containing a comma cannot be asked for
     in a list and needs the single-player endpoint.
     """
-    wanted = list(dict.fromkeys(ids.split(",")))
-    if len(wanted) > MAX_IDS:
-        raise invalid("ids", f"at most {MAX_IDS} player ids, got {len(wanted)}")
+    given = ids.split(",")
+    if len(given) > MAX_IDS:
+        raise invalid("ids", f"at most {MAX_IDS} player ids, got {len(given)}")
+    wanted = list(dict.fromkeys(given))
     for player in wanted:
         if not is_valid_player(player):
             raise invalid("ids", f"{player!r} is not a valid player id (1-128 characters, no control characters)")

@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from reader_api import docs
-from reader_api.errors import JSON, error_response
+from reader_api.errors import JSON
 from reader_api.params import check_board, check_player, ids_param, int_param
 from reader_api.service import Reader
 
@@ -52,9 +53,9 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    if await _reader(request).ready():
-        return _json(b'{"status":"ready"}')
-    return error_response(503, "redis_unavailable", "Redis did not answer PING", headers={"Retry-After": "1"})
+    if not await _reader(request).ready():
+        raise RedisError("PING was not answered with PONG")  # the 503 handler adds the configured Retry-After
+    return _json(b'{"status":"ready"}')
 
 
 async def metrics(request: Request) -> Response:

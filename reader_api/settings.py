@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -22,3 +24,22 @@ class ApiSettings(BaseSettings):
     api_redis_max_connections: int = Field(64, ge=1, description="Connections in the pool towards Redis")
     api_retry_after_s: int = Field(1, ge=0, description="Retry-After sent with a 503 while Redis is away")
     api_log_level: str = Field("info", description="uvicorn log level")
+    # Limits towards clients: the API is assumed to face them with no proxy in front.
+    api_max_request_line_bytes: int = Field(
+        8192, ge=256, description="Longest request line (method, path, query); longer gets 414"
+    )
+    api_max_header_bytes: int = Field(8192, ge=256, description="Largest header block; larger gets 431")
+    api_max_headers: int = Field(100, ge=1, description="Most header fields in one request; more gets 431")
+    api_head_timeout_s: float = Field(
+        10.0, gt=0, description="A request head must be complete this long after the connection opened or the "
+        "previous response; else 408 (or a silent close when nothing was sent)",
+    )  # fmt: skip
+    api_keep_alive_s: int = Field(5, ge=1, description="An idle keep-alive connection is closed after this long")
+    api_max_connections: int = Field(
+        1000, ge=2, description="Open connections (and requests in flight) beyond which requests get 503"
+    )
+    api_http: Literal["bounded", "httptools", "h11"] = Field(
+        "bounded",
+        description="HTTP/1.1 protocol: bounded (uvicorn httptools with the limits above); httptools = stock uvicorn "
+        "httptools with none of them (the setup before issue 8), h11 = stock uvicorn h11; both for benchmarks only",
+    )

@@ -13,6 +13,8 @@ all left is still "known" through its meta hash and answers with ``total`` 0.
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from hotboard import keys
+from reader_api.errors import corrupt
 
 _HEADER = f"""
 local total = redis.call('ZCARD', KEYS[1])
@@ -118,24 +121,45 @@ class Friends:
     missing: list[str]
 
 
+#: Scores are exact integers stored as doubles, exact within ±(2^53 - 1). Beyond that (a total ≥ 2^53, up to
+#: ±inf) a score is no longer exact and answers saturated at these bounds, so every stored score has one
+#: JSON integer answer that any client (a JavaScript number too) holds exactly.
+MAX_SCORE = 2**53 - 1
+#: ``version`` and ``as_of`` are non-negative 64-bit integers (the flusher's HINCRBY and Redis TIME in ms).
+_META_INT = re.compile(rb"[0-9]{1,19}")
+_META_MAX = 2**63 - 1
+
+
 def parse_score(raw: bytes | str) -> int:
-    """Scores are exact integers stored as doubles; Redis prints them as integers below 1e17."""
+    """Redis prints a score as an integer below 1e17, else as ``%.17g`` (``1.8446744073709552e+19``, ``inf``);
+    a fractional score (written by something other than the flusher) is truncated towards zero."""
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        return int(float(raw))
+        number = float(raw)
+        if math.isnan(number):  # Redis refuses NaN scores; mapped anyway so no reply can raise here
+            return 0
+        value = MAX_SCORE if number > MAX_SCORE else -MAX_SCORE if number < -MAX_SCORE else int(number)
+    return max(-MAX_SCORE, min(MAX_SCORE, value))
 
 
 def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
 
 
-def _optional_int(raw: bytes | str | None) -> int | None:
-    return None if raw is None else int(raw)
+def _meta_int(raw: bytes | str | None, board: str, field: str) -> int | None:
+    if raw is None:
+        return None
+    data = raw.encode() if isinstance(raw, str) else raw
+    if _META_INT.fullmatch(data) is None or int(data) > _META_MAX:
+        raise corrupt(keys.meta_key(board), f"{field} must be a non-negative 64-bit integer, got {data[:40]!r}")
+    return int(data)
 
 
-def parse_header(reply: Sequence[Any]) -> Header:
-    return Header(bool(reply[0]), int(reply[1]), _optional_int(reply[2]), _optional_int(reply[3]))
+def parse_header(reply: Sequence[Any], board: str) -> Header:
+    """A 503 naming the meta key when ``version`` or ``as_of`` is not an integer the flusher could write."""
+    version = _meta_int(reply[2], board, keys.META_VERSION)
+    return Header(bool(reply[0]), int(reply[1]), version, _meta_int(reply[3], board, keys.META_AS_OF))
 
 
 def parse_page(first_rank0: int, flat: Sequence[bytes | str]) -> list[Entry]:
@@ -182,17 +206,17 @@ class Snapshots:
         reply = await self._top(self._keys(board), [min(offset, MAX_OFFSET), limit, known])
         if int(reply[0]) == 2:
             return None
-        return Page(parse_header(reply), parse_page(offset, reply[4]))
+        return Page(parse_header(reply, board), parse_page(offset, reply[4]))
 
     async def player(self, board: str, player: str) -> PlayerView:
         reply = await self._player(self._keys(board), [player])
         entry = Entry(int(reply[4]) + 1, player, parse_score(reply[5])) if len(reply) > 4 else None
-        return PlayerView(parse_header(reply), entry)
+        return PlayerView(parse_header(reply, board), entry)
 
     async def around(self, board: str, player: str, radius: int) -> Around:
         reply = await self._around(self._keys(board), [player, radius])
         entries = parse_page(int(reply[4]), reply[5]) if len(reply) > 4 else None
-        return Around(parse_header(reply), entries)
+        return Around(parse_header(reply, board), entries)
 
     async def players(self, board: str, ids: Sequence[str]) -> Friends:
         """The given players sorted by rank; ids not on the board under ``missing`` (in the order asked)."""
@@ -205,4 +229,4 @@ class Snapshots:
             else:
                 found.append(Entry(int(rank) + 1, player, parse_score(score)))
         found.sort(key=lambda e: e.rank)
-        return Friends(parse_header(reply), found, missing)
+        return Friends(parse_header(reply, board), found, missing)

@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -31,13 +32,31 @@ async def asgi_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
             yield client
 
 
+@dataclass(frozen=True)
+class ApiServer:
+    url: str
+    port: int
+    pid: int
+
+
 @contextlib.contextmanager
-def api_process(redis_url: str, log_dir: Path, *extra: str, timeout_s: float = 20.0) -> Iterator[str]:
-    """``hotboard api`` as a child process on a free loopback port; yields its base URL."""
+def api_server(
+    redis_url: str, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None, timeout_s: float = 20.0
+) -> Iterator[ApiServer]:
+    """``hotboard api`` as a child process on a free loopback port, ``env`` added to its environment."""
     port = free_port()
-    env = {**os.environ, "HOTBOARD_REDIS": redis_url}
+    child_env = {**os.environ, "HOTBOARD_REDIS": redis_url, **(env or {})}
     command = [sys.executable, "-m", "hotboard.cli", "api", "--host", LOOPBACK, "--port", str(port), *extra]
     base = f"http://{LOOPBACK}:{port}"
     ready = partial(url_answers, f"{base}/healthz")
-    with Child("hotboard api", command, log_path=log_dir / f"api-{port}.log", env=env, ready=ready).start(timeout_s):
-        yield base
+    child = Child("hotboard api", command, log_path=log_dir / f"api-{port}.log", env=child_env, ready=ready)
+    with child.start(timeout_s):
+        assert child.proc is not None
+        yield ApiServer(base, port, child.proc.pid)
+
+
+@contextlib.contextmanager
+def api_process(redis_url: str, log_dir: Path, *extra: str, timeout_s: float = 20.0) -> Iterator[str]:
+    """``hotboard api`` as a child process on a free loopback port; yields its base URL."""
+    with api_server(redis_url, log_dir, *extra, timeout_s=timeout_s) as server:
+        yield server.url

@@ -1,5 +1,6 @@
 """Fuzz the OpenAPI contract of a real ``hotboard api`` process: valid and invalid inputs, never a 5xx,
-and every answer conforms to the documented status codes, content types and schemas."""
+every answer conforms to the documented status codes, content types and schemas, and every input the schema
+calls valid is accepted (so the schema is no looser than the validators)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Err, Ok
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    positive_data_acceptance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -27,7 +29,8 @@ from tests.integration.conftest_reader import api_process
 
 pytestmark = pytest.mark.integration
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
+          positive_data_acceptance]  # fmt: skip
 EXAMPLES_PER_MODE = 40
 BUDGET_S = 60.0
 

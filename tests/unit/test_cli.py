@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal, get_args, get_origin
 
 import pytest
 from pydantic_settings import BaseSettings
@@ -44,8 +45,10 @@ def readme_table(heading: str) -> dict[str, tuple[list[str], str, str]]:
     return rows
 
 
-def sample(field_default: object) -> str:
+def sample(field_default: object, annotation: object = None) -> str:
     """A valid value different from the default."""
+    if get_origin(annotation) is Literal:
+        return str(next(c for c in get_args(annotation) if c != field_default))
     if isinstance(field_default, bool):
         raise AssertionError("add boolean support to hotboard/settings_cli.py")
     if isinstance(field_default, int | float):
@@ -75,7 +78,7 @@ def test_readme_documents_every_setting_with_its_option_env_and_default(command:
 )
 def test_every_setting_is_reachable_from_the_command_line(command: str, name: str) -> None:
     settings = COMMANDS[command][0]
-    value = sample(settings.model_fields[name].default)
+    value = sample(settings.model_fields[name].default, settings.model_fields[name].annotation)
     spellings = [option(name), *(ALIASES.get(name, []) if command == "api" else [])]
     expected = type(settings.model_fields[name].default)(value)
     for spelling in spellings:

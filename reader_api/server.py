@@ -1,0 +1,198 @@
+"""uvicorn's httptools protocol with the bounds a public API needs: pipelining, request-head size, head timeout,
+and a JSON 503 past the connection cap.
+
+Why a subclass rather than stock httptools or h11 (measured in README, "Read API limits"):
+
+* Stock httptools hands the parser every chunk the socket gives (up to 256 KiB) in one ``feed_data`` call;
+  every pipelined request in it becomes a queued request cycle at once, and pausing the transport only stops
+  the *next* read. 8 MiB of pipelined GETs held about 400 MiB. Here input is fed in slices of
+  :data:`FEED_SLICE` bytes, and feeding stops while a request waits behind the one in flight: the rest
+  stays in one buffer (at most one read) with reading paused, so a connection holds a small constant.
+* httptools concatenates a header value fragment by fragment (quadratic) and has no size limits. The bytes
+  fed while a head is incomplete are counted per slice, so an oversized request line (414) or header block
+  (431) is refused after at most one extra slice, before it is buffered.
+* uvicorn times out idle keep-alive connections, but never a connection that has not sent a request yet or
+  trickles one: a head must be complete within ``head_timeout_s`` (else 408, or a silent close when idle).
+* h11 bounds the first two but answers 400 for both and costs CPU per request in pure Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import httptools
+import orjson
+from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
+from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+#: Bytes handed to the parser at once. Small enough that the requests one slice can hold (at least 18 bytes
+#: each) are a few hundred cycles at most; large enough that a normal request is one slice.
+FEED_SLICE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_request_line_bytes: int
+    max_header_bytes: int
+    max_headers: int
+    head_timeout_s: float
+    retry_after_s: int
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing; ``status`` is the answer."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+_REASONS = {
+    408: (b"Request Timeout", "request_timeout", "the request head did not arrive in time"),
+    414: (b"URI Too Long", "request_line_too_long", "the request line is too long"),
+    431: (b"Request Header Fields Too Large", "headers_too_large", "too many or too large request headers"),
+}
+
+
+def refusal(status: int) -> bytes:
+    """A complete ``Connection: close`` response with the API's JSON error body."""
+    reason, code, message = _REASONS[status]
+    body = orjson.dumps({"error": code, "message": message})
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+    return head % (status, reason, len(body)) + body
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """Set :attr:`limits` on a subclass (see :func:`protocol_class`); uvicorn builds one per connection."""
+
+    limits: ClassVar[Limits]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending = memoryview(b"")
+        self._in_head = False
+        self._head_bytes = 0
+        self._header_count = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    # -- connection lifecycle ------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        self._pending = memoryview(b"")
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.limits.head_timeout_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self._in_head or self._pending:
+            self._refuse(408)
+        else:
+            self.transport.close()
+
+    def _refuse(self, status: int) -> None:
+        self._pending = memoryview(b"")
+        self._cancel_head_timer()
+        if not self.transport.is_closing():
+            self.transport.write(refusal(status))
+            self.transport.close()
+
+    # -- input: fed in slices, stopped while a pipelined request waits --------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        self._pending = memoryview(bytes(self._pending) + data if self._pending else data)
+        self._feed()
+
+    def _feed(self) -> None:
+        while self._pending and not self.pipeline and not self.transport.is_closing():
+            piece, self._pending = self._pending[:FEED_SLICE], self._pending[FEED_SLICE:]
+            if self._in_head:
+                self._head_bytes += len(piece)
+            try:
+                self.parser.feed_data(piece)
+            except httptools.HttpParserUpgrade:
+                self._pending = memoryview(b"")  # no upgrades here: the rest of the stream is not HTTP/1.1
+                return
+            except httptools.HttpParserError as exc:
+                # httptools wraps the exception a callback raised; its __context__ is ours
+                cause = exc.__context__
+                if isinstance(cause, _Refused):
+                    self._refuse(cause.status)
+                else:
+                    self._pending = memoryview(b"")
+                    self.send_400_response("Invalid HTTP request received.")
+                return
+            if self._in_head and self._head_bytes - len(self.url) > self.limits.max_header_bytes:
+                self._refuse(431)
+                return
+        if self._pending:
+            self.flow.pause_reading()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # resumes reading and starts the next queued request, if any
+        if self.transport.is_closing():
+            return
+        if not self.pipeline:
+            self._arm_head_timer()
+        self._feed()
+
+    # -- parser callbacks: count, refuse early --------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = 0
+        self._header_count = 0
+        if self._head_timer is None:
+            self._arm_head_timer()
+
+    def on_url(self, url: bytes) -> None:
+        if len(self.url) + len(url) > self.limits.max_request_line_bytes:
+            raise _Refused(414)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self.limits.max_headers:
+            raise _Refused(431)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        if app is service_unavailable:
+            app = self._overloaded
+        super()._start_asgi_task(cycle, app)
+
+    async def _overloaded(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        """uvicorn's ``limit_concurrency`` answer, as the API's JSON 503 with Retry-After."""
+        body = orjson.dumps({"error": "overloaded", "message": "too many connections; retry later"})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"retry-after", str(self.limits.retry_after_s).encode()), (b"connection", b"close")]  # fmt: skip
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def protocol_class(limits: Limits) -> type[BoundedHttpToolsProtocol]:
+    return type("HotboardHttpProtocol", (BoundedHttpToolsProtocol,), {"limits": limits})
