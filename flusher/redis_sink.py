@@ -50,18 +50,40 @@ class RedisSink:
         values = await self._redis.hmget(keys.checkpoint_key(self._topic), [str(p) for p in ordered])
         return {p: int(v) for p, v in zip(ordered, values, strict=True) if v is not None}
 
-    async def load_watermarks(self, partition: int, boards: Collection[str]) -> dict[str, int]:
-        """board -> the partition's watermark on it (NO_WATERMARK when it never fed the board): one pipelined
-        HGET per board, asked only for boards seen past the partition's checkpoint."""
-        ordered = list(boards)
+    async def load_halts(self, partitions: Collection[int]) -> dict[int, tuple[str, int]]:
+        """partition -> (reason, checkpoint then) of a halt recorded earlier; it holds while the checkpoint is
+        unchanged (an operator lifts it by writing the checkpoint, or by deleting the ``<p>:halt`` field)."""
+        ordered = list(partitions)
         if not ordered:
             return {}
+        values = await self._redis.hmget(keys.checkpoint_key(self._topic), [f"{p}:halt" for p in ordered])
+        out: dict[int, tuple[str, int]] = {}
+        for p, v in zip(ordered, values, strict=True):
+            if v is not None:
+                reason, _, at = (v.decode() if isinstance(v, bytes) else str(v)).partition(" ")
+                out[p] = (reason, int(at))
+        return out
+
+    async def record_halt(self, partition: int, reason: str, checkpoint: int) -> None:
+        await self._redis.hset(keys.checkpoint_key(self._topic), f"{partition}:halt", f"{reason} {checkpoint}")
+
+    async def clear_halt(self, partition: int) -> None:
+        await self._redis.hdel(keys.checkpoint_key(self._topic), f"{partition}:halt")
+
+    async def load_watermarks(self, partition: int, boards: Collection[str]) -> tuple[dict[str, int], int]:
+        """board -> the partition's watermark on it (NO_WATERMARK when it never fed the board), asked only for
+        boards seen past the partition's checkpoint; and, read in the same round trip, the checkpoint itself:
+        if it is not the one the worker positioned from, Redis lost (or someone moved) what the answer is
+        relative to, and the watermarks must not be trusted."""
+        ordered = list(boards)
         field = self.field(partition)
         async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.checkpoint_key(self._topic), str(partition))
             for board in ordered:
                 pipe.hget(keys.applied_key(board), field)
-            rows: list[bytes | None] = await pipe.execute()
-        return {b: NO_WATERMARK if v is None else int(v) for b, v in zip(ordered, rows, strict=True)}
+            checkpoint, *rows = await pipe.execute()
+        marks = {b: NO_WATERMARK if v is None else int(v) for b, v in zip(ordered, rows, strict=True)}
+        return marks, NO_WATERMARK if checkpoint is None else int(checkpoint)
 
     async def register_boards(self, boards: Iterable[str]) -> None:
         """Add new boards to the registry (``hb:boards``) before their first flush: it lists boards to readers

@@ -33,6 +33,8 @@ class Assignment:
         self._consumer = consumer
         self._sink = sink
         self._metrics = metrics
+        #: Halts decided but not yet recorded in Redis (recorded at the next positioning or flush).
+        self._unrecorded: dict[int, tuple[str, int]] = {}
 
     @property
     def ready(self) -> bool:
@@ -101,16 +103,39 @@ class Assignment:
         Raises what Redis or Kafka raise (the caller retries with backoff)."""
         tps = self.tps(waiting)
         run_id = await self._sink.server_id()
+        await self.record_halts()
         checkpoints = await self._sink.load_checkpoints(waiting)
+        halts = await self._sink.load_halts(waiting)
         starts = await self._consumer.beginning_offsets(tps)
         committed = {
             p: await self._consumer.committed(tp) for p, tp in zip(waiting, tps, strict=True) if p not in checkpoints
         }
         for p, tp in zip(waiting, tps, strict=True):
-            if p in self.parts:  # not revoked meanwhile
-                self._position_one(p, tp, checkpoints.get(p), committed.get(p), starts[tp])
+            if p not in self.parts:  # revoked meanwhile
+                continue
+            checkpoint = checkpoints.get(p)
+            recorded = halts.get(p)
+            if recorded is not None and recorded[1] == (NO_WATERMARK if checkpoint is None else checkpoint):
+                # halted before, and nobody has written the checkpoint since: still halted, whatever the log
+                # looks like now (a re-created topic may have grown past the old checkpoint meanwhile)
+                reason, _ = recorded
+                detail = f"halted earlier ({reason}) and the checkpoint is unchanged; see README to lift it"
+                self.halt(self.parts[p], Halt(HaltReason(reason), detail), record=False)
+                continue
+            if recorded is not None:
+                await self._sink.clear_halt(p)
+                log.warning("partition %d: the checkpoint was written since its halt (%s); resuming", p, recorded[0])
+            self._position_one(p, tp, checkpoint, committed.get(p), starts[tp])
+        await self.record_halts()
         self.update_halts()
         return run_id
+
+    async def record_halts(self) -> None:
+        """Halts survive restarts: recorded next to the checkpoint, with the checkpoint they were decided at."""
+        while self._unrecorded:
+            p, (reason, checkpoint) = next(iter(self._unrecorded.items()))
+            await self._sink.record_halt(p, reason, checkpoint)
+            self._unrecorded.pop(p, None)
 
     def _position_one(
         self, p: int, tp: TopicPartition, checkpoint: int | None, committed: int | None, start: int
@@ -125,7 +150,7 @@ class Assignment:
                 "rebuilt",
             )
         if isinstance(decision, Halt):
-            self.halt(state, decision)
+            self.halt(state, decision, checkpoint=NO_WATERMARK if checkpoint is None else checkpoint)
             return
         self._consumer.seek(tp, decision.offset)
         state.reset(NO_WATERMARK if checkpoint is None else checkpoint, decision.offset)
@@ -136,9 +161,12 @@ class Assignment:
         self.release([p], PauseReason.POSITIONING)
         log.info("partition %d resumes at %d (checkpoint %s)", p, decision.offset, checkpoint)
 
-    def halt(self, state: PartitionState, halt: Halt) -> None:
+    def halt(self, state: PartitionState, halt: Halt, *, record: bool = True, checkpoint: int | None = None) -> None:
         """History is gone: do not guess. An operator restores Redis or writes the checkpoint (README)."""
         first = state.halted is None or state.halted.reason != halt.reason
+        if record:
+            at = state.checkpoint if checkpoint is None else checkpoint
+            self._unrecorded[state.partition] = (halt.reason.value, at)
         state.ready = False
         state.halted = halt
         state.recheck_at = time.monotonic() + self.settings.halt_recheck_s

@@ -89,7 +89,9 @@ def build(
     dropped = 0
     for name, data in headers or ():
         size = len(name) + len(data or b"")
-        if size <= header_budget:
+        if not _encodable(name):
+            dropped += 1  # a header name that is not UTF-8 (what made the record unreadable): cannot be sent
+        elif size <= header_budget:
             kept.append((name, data or b""))
             header_budget -= size
             budget -= size
@@ -106,6 +108,14 @@ def build(
     if key is None and value is None:
         value = b""  # Kafka refuses a record with neither; the null header says both were null
     return Letter(partition, offset, key, value, kept + own)
+
+
+def _encodable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class DeadLetters:
@@ -144,10 +154,11 @@ class DeadLetters:
 
     async def send_pending(self) -> int:
         """Send the outbox and wait for the acknowledgements, all within ``send_timeout_s``; what the broker
-        refused or did not acknowledge in time stays for the next flush. Returns the letters sent."""
+        refused or did not acknowledge in time stays for the next flush (also when the caller is cancelled
+        meanwhile: a letter leaves the outbox only once acknowledged). Returns the letters sent."""
         if not self._outbox:
             return 0
-        batch, self._outbox = self._outbox, []
+        batch = list(self._outbox)
         futures: dict[int, asyncio.Future[Any]] = {}
         try:
             async with asyncio.timeout(self._timeout_s):
@@ -162,13 +173,15 @@ class DeadLetters:
                     await asyncio.wait(futures.values())
         except TimeoutError:
             pass  # what is not acknowledged by now stays in the outbox
-        kept = [
-            item
-            for i, item in enumerate(batch)
-            if (f := futures.get(i)) is None or not f.done() or f.cancelled() or f.exception() is not None
-        ]
+        finally:
+            acked = {
+                id(item)
+                for i, item in enumerate(batch)
+                if (f := futures.get(i)) is not None and f.done() and not f.cancelled() and f.exception() is None
+            }
+            self._outbox = [item for item in self._outbox if id(item) not in acked]
+        kept = len(batch) - len(acked)
         if kept:
-            self.failures += len(kept)
-            log.warning("%d dead letters not acknowledged by %s; kept for the next flush", len(kept), self.topic)
-        self._outbox = kept + self._outbox
-        return len(batch) - len(kept)
+            self.failures += kept
+            log.warning("%d dead letters not acknowledged by %s; kept for the next flush", kept, self.topic)
+        return len(acked)

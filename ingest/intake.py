@@ -10,32 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
+from aiokafka.errors import CorruptRecordException, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 from flusher.batch import Sink
 from hotboard.codec import Decoder, InvalidEvent, Reason
 from hotboard.timing import Backoff, wait_or_stop
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
+from ingest.lenient_records import lenient_fetches, unreadable_header
 from ingest.metrics import WorkerMetrics
+from ingest.partitions import Halt, HaltReason
 from ingest.settings import WorkerSettings
 from ingest.window import Folded, Pending, boards_to_check
 
 log = logging.getLogger("hotboard.worker")
-
-
-class Unreadable(NamedTuple):
-    """Stands in for a record the Kafka client could not parse: only where it was is known."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None = None
-    value: bytes | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 class Intake:
@@ -49,6 +41,7 @@ class Intake:
         metrics: WorkerMetrics,
         stopping: asyncio.Event,
         backoff: Backoff,
+        on_redis_changed: Callable[[bool], None],
     ) -> None:
         self.settings = settings
         self._consumer = consumer
@@ -58,6 +51,9 @@ class Intake:
         self._metrics = metrics
         self._stopping = stopping
         self._backoff = backoff
+        #: Called with True when Redis no longer holds what the worker positioned from (resynchronise), with
+        #: False when Redis failed (check whether it restarted before the next flush).
+        self._on_redis_changed = on_redis_changed
         self._decoder = Decoder()
 
     async def poll(self) -> bool:
@@ -81,7 +77,13 @@ class Intake:
     async def fold(self, batch: dict[TopicPartition, list[Any]]) -> None:
         applied = invalid = duplicate = 0
         for tp, records in batch.items():
-            for folded in await self._fold_partition(tp, records):
+            # A record the lenient parser read (a header name that is not UTF-8) may arrive in any fetch after a
+            # lenient walk; checking headers costs ~30 ns a record, so every batch is checked.
+            if any(r.headers and unreadable_header(r) for r in records):
+                results = await self._fold_leniently(tp, records)
+            else:
+                results = await self._fold_partition(tp, records)
+            for folded in results:
                 applied += folded.applied
                 invalid += folded.invalid
                 duplicate += folded.duplicate
@@ -111,14 +113,23 @@ class Intake:
                 unknown = boards_to_check(rest, state.watermarks, self._decoder)
                 if unknown:
                     try:
-                        marks = await self._sink.load_watermarks(tp.partition, unknown)
+                        marks, checkpoint = await self._sink.load_watermarks(tp.partition, unknown)
                     except TRANSIENT as exc:
                         self._consumer.seek(tp, state.next_offset)  # fetched again once Redis answers
+                        self._on_redis_changed(False)  # did it restart? the next flush asks first
                         log.warning("cannot read watermarks of partition %d (%r); retrying", tp.partition, exc)
                         await wait_or_stop(self._stopping, self._backoff.next_delay())
                         return out
                     if self._assignment.ready_state(tp.partition) is not state:
                         return out  # revoked or resynchronised while we waited
+                    if checkpoint not in (state.checkpoint, state.advancing):
+                        # Redis lost (or someone moved) the checkpoint these watermarks are relative to: an
+                        # emptied Redis answers "no watermark" for a board it applied. Resynchronise first.
+                        self._consumer.seek(tp, state.next_offset)
+                        self._on_redis_changed(True)
+                        log.warning("partition %d: checkpoint %d in Redis, %d expected; resynchronising",
+                                    tp.partition, checkpoint, state.checkpoint)  # fmt: skip
+                        return out
                     state.watermarks.update(marks)
                 fold = self._pending.active.fold_for(tp.partition, state.next_offset - 1)  # may have been sealed
                 out.append(fold.fold_checked(rest, state.watermarks, state.clear, self._decoder))
@@ -129,37 +140,55 @@ class Intake:
         return out
 
     async def _skip_unreadable(self, error: Exception) -> None:
-        """Walk each partition one record at a time from where we are: the call that fails again stops right
-        before the unreadable record (the position is where it lies). Bounded per partition by
-        ``max_poll_records``; a partition not reached this time is walked again on the next failure."""
-        log.warning("the Kafka client could not parse a record (%r); finding it", error)
+        """Read every partition again from where we are with the lenient parser: a record whose header names
+        are not UTF-8 is dead-lettered (with its key and value), the records around it are folded as usual. A
+        batch even the lenient parser refuses halts its partition, loudly, rather than guess past it."""
+        log.warning("the Kafka client could not parse a record (%r); reading leniently", error)
         ready = [p for p, st in self._assignment.parts.items() if st.ready]
         for tp in self._assignment.tps(ready):
             self._consumer.seek(tp, self._assignment.parts[tp.partition].next_offset)
-        for tp in self._assignment.tps(ready):
-            walked: list[Any] = []
-            try:
-                while len(walked) < self.settings.max_poll_records:
-                    batch = await self._consumer.getmany(tp, timeout_ms=200, max_records=1)
-                    if not batch.get(tp):
-                        break
-                    walked.extend(batch[tp])
-            except (UnicodeDecodeError, ValueError) as exc:
-                await self.fold({tp: walked})
-                await self._dead_letter_unreadable(tp, exc)
-                continue
-            await self.fold({tp: walked})
+        with lenient_fetches():
+            for tp in self._assignment.tps(ready):
+                try:
+                    batch = await self._consumer.getmany(
+                        tp, timeout_ms=1000, max_records=self.settings.max_poll_records
+                    )
+                except (UnicodeDecodeError, ValueError, CorruptRecordException) as exc:
+                    if (state := self._assignment.ready_state(tp.partition)) is not None:
+                        reason = f"a record batch at offset {state.next_offset} cannot be parsed: {exc!r}"
+                        self._assignment.halt(state, Halt(HaltReason.UNREADABLE, reason[:500]))
+                    continue
+                await self.fold({tp: batch.get(tp, [])})
 
-    async def _dead_letter_unreadable(self, tp: TopicPartition, exc: Exception) -> None:
+    async def _fold_leniently(self, tp: TopicPartition, records: list[Any]) -> list[Folded]:
+        """Runs of readable records go through the usual fold; each unreadable one becomes a dead letter, in
+        offset order, and only once the fold has reached it (a fold interrupted by a Redis error stops here)."""
+        out: list[Folded] = []
+        run: list[Any] = []
+        for record in [*records, None]:
+            bad = None if record is None else unreadable_header(record)
+            if record is not None and bad is None:
+                run.append(record)
+                continue
+            if run:
+                out += await self._fold_partition(tp, run)
+                state = self._assignment.ready_state(tp.partition)
+                if state is None or state.next_offset <= run[-1].offset:
+                    return out  # revoked, resynchronised, or stopped by Redis: fetched again later
+                run = []
+            if record is not None:
+                self._dead_letter_unreadable(tp, record, bad or "")
+        return out
+
+    def _dead_letter_unreadable(self, tp: TopicPartition, record: Any, header_hex: str) -> None:
         state = self._assignment.ready_state(tp.partition)
-        if state is None:
+        if state is None or record.offset < state.next_offset:
             return
-        offset = max(await self._consumer.position(tp), state.next_offset)
         fold = self._pending.active.fold_for(tp.partition, state.next_offset - 1)
-        reason = InvalidEvent(Reason.UNREADABLE, f"the Kafka client cannot parse this record: {exc!r}"[:500])
-        fold.dead.append((Unreadable(tp.topic, tp.partition, offset), reason))
-        fold.last_offset = offset
-        state.next_offset = offset + 1
-        self._consumer.seek(tp, offset + 1)
+        reason = InvalidEvent(Reason.UNREADABLE, f"header name is not UTF-8 (hex {header_hex[:64]})")
+        fold.dead.append((record, reason))
+        fold.last_offset = record.offset
+        state.next_offset = record.offset + 1
         self._metrics.events.labels("invalid").inc()
-        log.warning("partition %d offset %d is unreadable; dead-lettered and skipped", tp.partition, offset)
+        log.warning("partition %d offset %d has a header name that is not UTF-8; dead-lettered", tp.partition,
+                    record.offset)  # fmt: skip

@@ -24,6 +24,8 @@ class HaltReason(StrEnum):
     BEYOND_LOG_END = "beyond_log_end"
     #: Retention deleted records that were never applied.
     RETENTION_LOST = "retention_lost"
+    #: A record batch not even the lenient parser can read.
+    UNREADABLE = "unreadable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class PartitionState:
     next_offset: int = -1
     #: The checkpoint Redis holds, as this worker last read or wrote it (NO_WATERMARK: none).
     checkpoint: int = NO_WATERMARK
+    #: The value a checkpoint move in flight will leave in Redis (a lookup may see it before the reply).
+    advancing: int | None = None
     #: board -> this partition's watermark on it, exactly as Redis holds it; looked up the first time the
     #: board is seen after positioning, then kept by our own flushes.
     watermarks: dict[str, int] = field(default_factory=dict)

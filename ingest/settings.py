@@ -36,7 +36,7 @@ class WorkerSettings(LogSettings):
         5.0, gt=0, description="Redis socket timeout: a silent Redis fails a flush after this"
     )
     max_script_players: int = Field(
-        5_000, ge=100, description="Players per flush script (a script blocks Redis while it runs: keep it short)"
+        4_000, ge=100, description="Players per flush script (a script blocks Redis while it runs: keep it short)"
     )
     dlq_max_bytes: int = Field(
         131_072,

@@ -94,6 +94,8 @@ class Worker:
         #: server restarted and may have lost its last second of writes (AOF everysec): resynchronise.
         self._redis_run_id: str | None = None
         self._redis_suspect = False
+        #: Set by the fold when Redis no longer holds the checkpoint it positioned from: resync before flushing.
+        self._resync_requested = False
         self._backoff = Backoff(cap_s=settings.backoff_max_s)
         self._heartbeat = time.monotonic()
         self._flusher: asyncio.Task[None] | None = None
@@ -149,7 +151,7 @@ class Worker:
             self._assignment = Assignment(s, self._consumer, self._sink, self.metrics)
             self._intake = Intake(
                 s, self._consumer, self._assignment, self._pending, self._sink, self.metrics, self._stopping,
-                self._backoff,
+                self._backoff, self._redis_changed,
             )  # fmt: skip
             await start_clients(self._stack, [self._consumer, self._producer], s)
             self._dead = dlq.DeadLetters(self._producer, s.dlq, s.dlq_max_bytes, s.dlq_send_timeout_s)
@@ -276,6 +278,10 @@ class Worker:
             self.metrics.backpressure_paused.set(0)
             log.info("backpressure released: %d entries pending", pending)
 
+    def _redis_changed(self, lost: bool) -> None:
+        self._redis_suspect = True
+        self._resync_requested |= lost
+
     def _resync(self, cause: str) -> None:
         """Forget pending work and re-read positions from Redis for every assigned partition."""
         self.metrics.resyncs.labels(cause).inc()
@@ -336,6 +342,12 @@ class Worker:
         """Flush the oldest sealed window. Caller holds the lock. True unless it must be retried."""
         self._assignment.update_lag()
         self._assignment.check_log_end()
+        with contextlib.suppress(*TRANSIENT):
+            await self._assignment.record_halts()
+        if self._resync_requested:
+            self._resync_requested = False
+            self._resync("checkpoint")
+            return True
         if not self._pending.sealed:
             if self._dead.pending:
                 with contextlib.suppress(*TRANSIENT):
@@ -405,7 +417,14 @@ class Worker:
             new = min(last, lowest_letter.get(p, last + 1) - 1)
             if new > state.checkpoint:
                 moves[p] = (state.checkpoint, new)
-        results = await self._sink.advance_checkpoints(moves)
+        for p, (_, new) in moves.items():
+            self._assignment.parts[p].advancing = new
+        try:
+            results = await self._sink.advance_checkpoints(moves)
+        finally:
+            for p in moves:
+                if (state := self._assignment.parts.get(p)) is not None:
+                    state.advancing = None
         for r in results:
             if r.ok:
                 self._assignment.parts[r.partition].checkpoint = moves[r.partition][1]

@@ -59,8 +59,9 @@ async def test_watermarks_load_per_partition_and_survive_script_flush(redis_clie
         [BoardBatch("g", {"a": 1}, {0: 5, 1: 7}), BoardBatch("s", {"a": 1}, {1: 3})],
         _expect({}),
     )
-    assert await sink.load_watermarks(0, ["g", "s"]) == {"g": 5, "s": NO_WATERMARK}
-    assert await sink.load_watermarks(1, ["g", "s", "never"]) == {"g": 7, "s": 3, "never": NO_WATERMARK}
+    assert await sink.load_watermarks(0, ["g", "s"]) == ({"g": 5, "s": NO_WATERMARK}, NO_WATERMARK)
+    await sink.advance_checkpoints({1: (NO_WATERMARK, 2)})
+    assert await sink.load_watermarks(1, ["g", "s", "never"]) == ({"g": 7, "s": 3, "never": NO_WATERMARK}, 2)
     await redis_client.script_flush()  # as after a restart: EVALSHA answers NOSCRIPT, the sink reloads
     [res] = await sink.flush([BoardBatch("g", {"b": 2}, {2: 0})], _expect({}))
     assert res.outcome is Outcome.APPLIED

@@ -89,7 +89,7 @@ def test_zombie_is_fenced(
     past its session timeout; the heir takes every partition and applies the same events; then the zombie's
     stale flush arrives and the zombie wakes up. Its scripts must be refused, and the totals exact."""
     topic = topic_factory(8)
-    events = skewed_events(30_000, seed=13)
+    events = skewed_events(90_000, seed=13)  # 30 s of events: they still flow once the heir owns everything
     with TcpProxy(redis_server.port) as proxy:
         zombie = spawn(proxy.url, topic, "zombie", window_ms=500, extra_env={"HOTBOARD_REDIS_TIMEOUT_S": "60"})
         zombie.wait_ready()
@@ -103,8 +103,10 @@ def test_zombie_is_fenced(
             time.sleep(0.05)
         zombie.signal(signal.SIGSTOP)
         heir = spawn(redis_server.url, topic, "heir")
-        heir.wait_ready()
-        heir.wait_metric("hotboard_windows_total", 3, result="flushed")
+        heir.wait_ready()  # after the zombie's session timeout: every partition is the heir's
+        flushed = heir.metric("hotboard_windows_total", result="flushed")
+        heir.wait_metric("hotboard_windows_total", flushed + 2, result="flushed")
+        assert feeder.is_alive(), "the events ran out: the heir's flushes may not have moved the watermarks"
         proxy.release()  # the stale flush reaches Redis now
         zombie.signal(signal.SIGCONT)
         zombie.wait_metric("hotboard_windows_total", 1, result="fenced")
