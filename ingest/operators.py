@@ -1,0 +1,162 @@
+"""The operator algebra: every score operator is a clamp, clamps compose into clamps, so a window folds any
+sequence of operations on one player into one state in O(1) per event. Pure, no I/O.
+
+An operator is ``x -> min(max(x + d, lo), hi)`` (:class:`Op`; ``None`` is an absent bound, -inf or +inf):
+
+- ``incr δ``: ``(δ, None, None)``;
+- ``decr δ`` (δ >= 0): ``(-δ, 0, None)``. As Nakama's ``GREATEST(score - δ, 0)``: a decr never leaves a score
+  below 0, and one applied to a negative score (a ``set`` may make one) lifts it to 0, even ``decr 0``;
+- ``set c``: ``(0, c, c)``;
+- ``best s``: ``(0, s, None)`` on ``desc`` boards (keeps the higher), ``(0, None, s)`` on ``asc`` boards.
+
+A player with no score yet starts from 0 for ``incr`` and ``decr`` (a first ``decr`` leaves 0) and takes the
+event's score for ``set`` and ``best`` (a first ``best -5`` gives -5, not ``max(0, -5)``). That is not a clamp
+of 0, so a fold carries it beside the clamp: :class:`Folded` ``(op, absent)``.
+
+Arithmetic inside a window is exact (Python ints, no floats anywhere). Totals are held at +-MAX_EXACT when a
+window is applied: :func:`result` is the exact sequential value, held there. A total that reaches the bound
+is held at each flush, as ZINCRBY totals are today, so splitting a window changes a result only when an
+intermediate total passed 2^53. :func:`script_args` gives the flush script numbers a double holds exactly.
+An incr-only board keeps its ``+=`` sum per player (the fast path): :func:`summed` is that sum as a fold.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+from hotboard.keys import MAX_EXACT
+
+Operator = Literal["incr", "decr", "set", "best"]
+Order = Literal["desc", "asc"]
+OPERATORS: tuple[Operator, ...] = ("incr", "decr", "set", "best")
+ORDERS: tuple[Order, ...] = ("desc", "asc")
+
+
+class Op(NamedTuple):
+    """``x -> min(max(x + d, lo), hi)``; ``None`` bounds are unbounded. :func:`compose` keeps ``lo <= hi``
+    and ``d == 0`` when ``lo == hi`` (a constant), so equal functions mostly have equal tuples."""
+
+    d: int
+    lo: int | None = None
+    hi: int | None = None
+
+
+IDENTITY = Op(0)
+
+
+def op_of(operator: str, amount: int, order: str = "desc") -> Op:
+    """The clamp of one event. Raises ValueError for an unknown operator or order, or a negative decr."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
+    if operator == "incr":
+        return Op(amount)
+    if operator == "decr":
+        if amount < 0:
+            raise ValueError(f"decr takes a delta >= 0, got {amount}")
+        return Op(-amount, 0)
+    if operator == "set":
+        return Op(0, amount, amount)
+    if operator == "best":
+        return Op(0, amount) if order == "desc" else Op(0, None, amount)
+    raise ValueError(f"unknown operator {operator!r}; expected one of {', '.join(OPERATORS)}")
+
+
+def apply(op: Op, x: int) -> int:
+    z = x + op.d
+    if op.lo is not None and z < op.lo:
+        z = op.lo
+    if op.hi is not None and z > op.hi:
+        z = op.hi
+    return z
+
+
+def compose(first: Op, then: Op) -> Op:
+    """``then`` after ``first``, as one clamp: d = d1 + d2, lo = max(lo1 + d2, lo2),
+    hi = min(max(hi1 + d2, lo2), hi2). Shifting by d2 commutes with max/min, and
+    ``max(min(a, b), c) = min(max(a, c), max(b, c))``; lo > hi would mean "constant hi", so lo is lowered to
+    hi (same function), and the d of a constant is 0."""
+    d1, lo1, hi1 = first
+    d2, lo2, hi2 = then
+    if lo1 is None:
+        lo = lo2
+    else:
+        lo = lo1 + d2 if lo2 is None or lo1 + d2 > lo2 else lo2
+    if hi1 is None:
+        hi = hi2  # +inf + d2 = +inf; max(+inf, lo2) = +inf
+    else:
+        hi = hi1 + d2
+        if lo2 is not None and lo2 > hi:
+            hi = lo2
+        if hi2 is not None and hi2 < hi:
+            hi = hi2
+    if lo is not None and hi is not None and lo >= hi:
+        return Op(0, hi, hi)
+    return Op(d1 + d2, lo, hi)
+
+
+class Folded(NamedTuple):
+    """A window's operations on one player: ``op`` maps a score the player had before the window to the one
+    it leaves; ``absent`` is what it leaves for a player with no score before it. Every operator gives an
+    absent player a score, so ``absent`` is fixed from the first event on; an empty window is no Folded
+    (None)."""
+
+    op: Op
+    absent: int
+
+
+def event(operator: str, amount: int, order: str = "desc") -> Folded:
+    """One event as a one-event fold: its clamp, and the score it gives an absent player."""
+    op = op_of(operator, amount, order)
+    return Folded(op, apply(op, 0) if operator in ("incr", "decr") else amount)
+
+
+def summed(delta: int) -> Folded:
+    """The fold of incr-only events whose deltas sum to ``delta``: what the fast path's ``+=`` holds."""
+    return Folded(Op(delta), delta)
+
+
+def fold(state: Folded | None, step: Folded) -> Folded:
+    """``state`` followed by ``step``. Associative, so ``step`` may itself be a fold of many events (two
+    windows, or two partitions' shares of one player, merged in order)."""
+    if state is None:
+        return step
+    op, absent = state
+    return Folded(compose(op, step.op), apply(step.op, absent))
+
+
+def _hold(x: int) -> int:
+    return -MAX_EXACT if x < -MAX_EXACT else MAX_EXACT if x > MAX_EXACT else x
+
+
+def result(state: Folded, current: int | None) -> int:
+    """The score after the window: the exact sequential value, held at +-MAX_EXACT. ``current`` is the
+    player's score before the window (within +-MAX_EXACT, as every stored total), None when absent."""
+    return _hold(state.absent if current is None else apply(state.op, current))
+
+
+#: The whole range of stored totals, as a clamp.
+HOLD = Op(0, -MAX_EXACT, MAX_EXACT)
+
+
+class ScriptArgs(NamedTuple):
+    """One player's window as the flush script takes it; every number within +-MAX_EXACT, exact as a double.
+    The new score is ``absent`` for an absent player, else ``min(max((x + d1) + d2, lo), hi)``, added in that
+    order: d1 and d2 have one sign, so a partial sum past 2^53 (inexact in a double) only grows past the
+    bound and ends held at it, as the exact value does."""
+
+    d1: int
+    d2: int
+    lo: int
+    hi: int
+    absent: int
+
+
+def script_args(state: Folded) -> ScriptArgs:
+    """``state`` with the hold folded in, for an evaluation in doubles that equals :func:`result` for every
+    ``current`` within +-MAX_EXACT. On that domain a d beyond +-2 MAX_EXACT leaves the clamp at a bound
+    either way, so it is held there and split into two halves of at most MAX_EXACT each."""
+    d, lo, hi = compose(state.op, HOLD)
+    assert lo is not None and hi is not None  # HOLD bounds both
+    d = max(-2 * MAX_EXACT, min(2 * MAX_EXACT, d))
+    d1 = _hold(d)
+    return ScriptArgs(d1, d - d1, lo, hi, _hold(state.absent))
