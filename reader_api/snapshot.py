@@ -1,4 +1,4 @@
-"""Atomic reads: every answer comes from one Lua script, so one snapshot of the board.
+"""Atomic reads: every answer comes from one Lua script (:mod:`hotboard.lua`), so one snapshot of the board.
 
 The flusher applies a window (scores + ``version`` + ``as_of``) in one script; a read script runs between
 two of them, never during one. So rank, score, neighbours, total and meta returned by one call below always
@@ -12,7 +12,6 @@ all left is still "known" through its meta hash and answers with ``total`` 0.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from collections.abc import Sequence
@@ -20,61 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
 
-from hotboard import keys
+from hotboard import keys, lua
 from reader_api.errors import corrupt
-
-_HEADER = f"""
-local total = redis.call('ZCARD', KEYS[1])
-local meta = redis.call('HMGET', KEYS[2], '{keys.META_VERSION}', '{keys.META_AS_OF}')
-local exists = 1
-if total == 0 then exists = redis.call('EXISTS', KEYS[2]) end
-"""
-
-#: ARGV: offset, limit, version the caller has cached ('' = none). Answers {2} when that version is current,
-#: so a cache hit costs one small round trip and a miss still costs only one.
-TOP_SCRIPT = f"""
-if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], '{keys.META_VERSION}') == ARGV[3] then return {{2}} end
-{_HEADER}
-local offset = tonumber(ARGV[1])
-local page = {{}}
-if offset < total then
-  page = redis.call('ZREVRANGE', KEYS[1], offset, offset + tonumber(ARGV[2]) - 1, 'WITHSCORES')
-end
-return {{exists, total, meta[1], meta[2], page}}
-"""
-
-#: ARGV: player. Adds {rank0, score} when the player is on the board.
-PLAYER_SCRIPT = f"""
-{_HEADER}
-local rank = redis.call('ZREVRANK', KEYS[1], ARGV[1])
-if not rank then return {{exists, total, meta[1], meta[2]}} end
-return {{exists, total, meta[1], meta[2], rank, redis.call('ZSCORE', KEYS[1], ARGV[1])}}
-"""
-
-#: ARGV: player, radius. Adds {first rank0, page} when the player is on the board.
-AROUND_SCRIPT = f"""
-{_HEADER}
-local rank = redis.call('ZREVRANK', KEYS[1], ARGV[1])
-if not rank then return {{exists, total, meta[1], meta[2]}} end
-local radius = tonumber(ARGV[2])
-local first = rank - radius
-if first < 0 then first = 0 end
-return {{exists, total, meta[1], meta[2], first, redis.call('ZREVRANGE', KEYS[1], first, rank + radius, 'WITHSCORES')}}
-"""
-
-#: ARGV: player ids. Adds two arrays parallel to ARGV: rank0 or nil, score or nil.
-PLAYERS_SCRIPT = f"""
-{_HEADER}
-local ranks, scores = {{}}, {{}}
-for i = 1, #ARGV do
-  local rank = redis.call('ZREVRANK', KEYS[1], ARGV[i])
-  ranks[i] = rank or false
-  scores[i] = rank and redis.call('ZSCORE', KEYS[1], ARGV[i]) or false
-end
-return {{exists, total, meta[1], meta[2], ranks, scores}}
-"""
 
 #: Largest offset worth sending: no sorted set holds more members, and Lua numbers stay exact below it.
 MAX_OFFSET = 2**53
@@ -167,34 +114,14 @@ def parse_page(first_rank0: int, flat: Sequence[bytes | str]) -> list[Entry]:
     return [Entry(first_rank0 + i + 1, _text(flat[2 * i]), parse_score(flat[2 * i + 1])) for i in range(len(flat) // 2)]
 
 
-class _Script:
-    """EVALSHA straight through ``execute_command``: redis-py's Script object adds a deprecation wrapper and an
-    import per call, a fifth of this API's CPU per request in a py-spy profile. NOSCRIPT (Redis restarted)
-    loads the script and retries once."""
-
-    __slots__ = ("_redis", "_sha", "_text")
-
-    def __init__(self, redis: Redis, text: str) -> None:
-        self._redis = redis
-        self._text = text
-        self._sha = hashlib.sha1(text.encode()).hexdigest()
-
-    async def __call__(self, keys: list[str], args: Sequence[Any]) -> Any:
-        try:
-            return await self._redis.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-        except NoScriptError:
-            self._sha = await self._redis.script_load(self._text)
-            return await self._redis.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+_TOP, _PLAYER, _AROUND, _PLAYERS = (lua.Script(t) for t in (lua.TOP, lua.PLAYER, lua.AROUND, lua.PLAYERS))
 
 
 class Snapshots:
     """The four read questions, each one EVALSHA of a read-only script."""
 
     def __init__(self, redis: Redis) -> None:
-        self._top = _Script(redis, TOP_SCRIPT)
-        self._player = _Script(redis, PLAYER_SCRIPT)
-        self._around = _Script(redis, AROUND_SCRIPT)
-        self._players = _Script(redis, PLAYERS_SCRIPT)
+        self._redis = redis
 
     @staticmethod
     def _keys(board: str) -> list[str]:
@@ -203,24 +130,24 @@ class Snapshots:
     async def top(self, board: str, offset: int, limit: int, cached_version: int | None = None) -> Page | None:
         """A page of the board, or None when ``cached_version`` is still the board's version."""
         known = "" if cached_version is None else str(cached_version)
-        reply = await self._top(self._keys(board), [min(offset, MAX_OFFSET), limit, known])
+        reply = await _TOP(self._redis, self._keys(board), [min(offset, MAX_OFFSET), limit, known])
         if int(reply[0]) == 2:
             return None
         return Page(parse_header(reply, board), parse_page(offset, reply[4]))
 
     async def player(self, board: str, player: str) -> PlayerView:
-        reply = await self._player(self._keys(board), [player])
+        reply = await _PLAYER(self._redis, self._keys(board), [player])
         entry = Entry(int(reply[4]) + 1, player, parse_score(reply[5])) if len(reply) > 4 else None
         return PlayerView(parse_header(reply, board), entry)
 
     async def around(self, board: str, player: str, radius: int) -> Around:
-        reply = await self._around(self._keys(board), [player, radius])
+        reply = await _AROUND(self._redis, self._keys(board), [player, radius])
         entries = parse_page(int(reply[4]), reply[5]) if len(reply) > 4 else None
         return Around(parse_header(reply, board), entries)
 
     async def players(self, board: str, ids: Sequence[str]) -> Friends:
         """The given players sorted by rank; ids not on the board under ``missing`` (in the order asked)."""
-        reply = await self._players(self._keys(board), list(ids))
+        reply = await _PLAYERS(self._redis, self._keys(board), list(ids))
         found: list[Entry] = []
         missing: list[str] = []
         for player, rank, score in zip(ids, reply[4], reply[5], strict=True):

@@ -305,3 +305,12 @@ async def test_real_uvicorn_server(redis_url: str, redis_client: Redis, tmp_path
             assert (await http.get("/docs/index.html")).status_code == 404
             response = await http.get(path(BOARD, "players", "nobody"))
             assert response.status_code == 404 and "traceback" not in response.text.lower()
+
+
+async def test_every_read_survives_a_script_flush(client: httpx.AsyncClient, redis_client: Redis) -> None:
+    """As after a Redis restart: EVALSHA answers NOSCRIPT, the script is loaded and the call sent once more."""
+    await load_board(redis_client, "g", {"a": 2, "b": 1})
+    urls = [path("g", "top"), path("g", "players", "a"), path("g", "players", "a", "around"), path("g", "players")]
+    for url in urls:
+        await redis_client.script_flush()
+        assert (await client.get(url, params={"ids": "a,b"} if url.endswith("players") else None)).status_code == 200
