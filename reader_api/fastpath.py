@@ -5,8 +5,10 @@ chain at about a third of the CPU of a rank request. Rank, around-me and top pag
 so for them this front door parses the path and query itself, asks the same :class:`~reader_api.service.Reader`
 and writes the same bytes. A request it does not fully understand — another route, a percent-encoded path,
 a query with escapes, repeats or unknown keys — is handed unchanged to the full app. Once it has asked Redis,
-it answers whatever happens itself (404, 422, 503 through the same functions as the full app's handlers):
-handing a failed request over would ask a struggling Redis twice and double the time to the 503.
+it answers whatever happens itself (404, 422, 503, 500 through the same functions as the full app's handlers,
+each counted): handing a failed request over would ask a struggling Redis twice and double the time to the
+503. It must stay the outermost middleware (see :func:`reader_api.app.create_app`): it reads the raw path
+before any rewrite, and it counts its own answers because the metrics middleware never sees them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from redis.exceptions import RedisError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from reader_api.errors import JSON, ApiError, api_failure, redis_failure
+from reader_api.errors import JSON, ApiError, api_failure, internal_failure, redis_failure
 from reader_api.metrics import ApiMetrics
 from reader_api.params import check_board, check_player, int_param
 from reader_api.service import Reader
@@ -103,3 +105,5 @@ class FastPath:
             return api_failure(exc, self.retry_after_s)
         except (RedisError, OSError) as exc:
             return redis_failure(exc, self.retry_after_s)
+        except Exception:  # noqa: BLE001 - as the app's last handler: logged there, a counted JSON 500
+            return internal_failure(scope["path"])

@@ -24,10 +24,11 @@ def reference_ranking(scores: Mapping[str, int]) -> list[tuple[int, str, int]]:
 
 
 @contextlib.asynccontextmanager
-async def asgi_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    """httpx's ASGITransport does not run the lifespan; run it around the client."""
+async def asgi_client(app: Starlette, raise_app_exceptions: bool = True) -> AsyncIterator[httpx.AsyncClient]:
+    """httpx's ASGITransport does not run the lifespan; run it around the client. ``raise_app_exceptions=False``:
+    see the 500 a server would send where Starlette re-raises after answering."""
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
         async with httpx.AsyncClient(transport=transport, base_url="http://hotboard.test") as client:
             yield client
 
