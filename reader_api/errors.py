@@ -18,6 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ExceptionHandler
 
+from reader_api.answers import ErrorBody
+
 log = logging.getLogger("hotboard.api")
 
 JSON = "application/json"
@@ -50,7 +52,7 @@ def corrupt(key: str, message: str) -> ApiError:
 def error_response(
     status: int, code: str, message: str, parameter: str | None = None, headers: Mapping[str, str] | None = None
 ) -> Response:
-    body: dict[str, str] = {"error": code, "message": message}
+    body: ErrorBody = {"error": code, "message": message}
     if parameter is not None:
         body["parameter"] = parameter
     return Response(orjson.dumps(body), status_code=status, media_type=JSON, headers=headers)

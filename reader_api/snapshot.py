@@ -8,6 +8,10 @@ All keys of a board share one hash tag, so the scripts also run unchanged on Red
 Every script answers ``{exists, total, version, as_of, ...}``; ``exists`` is 0 only when neither the sorted
 set nor the meta hash exist (an unknown board). Redis deletes an empty sorted set, so a board whose players
 all left is still "known" through its meta hash and answers with ``total`` 0.
+
+A reply becomes its answer (:mod:`reader_api.answers`) in one pure function per question, tested without
+Redis. Ranks are 1-based positions, highest score first; equal scores keep Redis's order (ZREVRANGE/ZREVRANK:
+reverse lexicographic by the bytes of the id), so every rank is distinct and paging is stable.
 """
 
 from __future__ import annotations
@@ -21,65 +25,30 @@ from typing import Any
 from redis.asyncio import Redis
 
 from hotboard import keys, lua
-from reader_api.errors import corrupt
+from reader_api.answers import MAX_SCORE, Entry, FriendsList, Neighbourhood, PlayerRank, TopPage
+from reader_api.errors import corrupt, not_found
 
 #: Largest offset worth sending: no sorted set holds more members, and Lua numbers stay exact below it.
 MAX_OFFSET = 2**53
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    rank: int
-    player: str
-    score: int
+#: ``version`` and ``as_of`` are non-negative 64-bit integers (the flusher's HINCRBY and Redis TIME in ms).
+_META_INT = re.compile(rb"[0-9]{1,19}")
+_META_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
 class Header:
+    """The board's side of every reply (not an answer: ``version`` keys the cache, ``exists`` the 404)."""
+
     exists: bool
     total: int
     version: int | None
     as_of: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
-    header: Header
-    entries: list[Entry]
-
-
-@dataclass(frozen=True, slots=True)
-class PlayerView:
-    header: Header
-    entry: Entry | None
-
-
-@dataclass(frozen=True, slots=True)
-class Around:
-    header: Header
-    #: None when the player is not on the board.
-    entries: list[Entry] | None
-
-
-@dataclass(frozen=True, slots=True)
-class Friends:
-    header: Header
-    entries: list[Entry]
-    missing: list[str]
-
-
-#: Scores are exact integers stored as doubles, exact within ±(2^53 - 1). Beyond that (a total ≥ 2^53, up to
-#: ±inf) a score is no longer exact and answers saturated at these bounds, so every stored score has one
-#: JSON integer answer that any client (a JavaScript number too) holds exactly.
-MAX_SCORE = 2**53 - 1
-#: ``version`` and ``as_of`` are non-negative 64-bit integers (the flusher's HINCRBY and Redis TIME in ms).
-_META_INT = re.compile(rb"[0-9]{1,19}")
-_META_MAX = 2**63 - 1
-
-
 def parse_score(raw: bytes | str) -> int:
     """Redis prints a score as an integer below 1e17, else as ``%.17g`` (``1.8446744073709552e+19``, ``inf``);
-    a fractional score (written by something other than the flusher) is truncated towards zero."""
+    a fractional score (written by something other than the flusher) is truncated towards zero. Beyond
+    ±MAX_SCORE a score answers saturated (README, "Read API")."""
     try:
         value = int(raw)
     except ValueError:
@@ -104,21 +73,73 @@ def _meta_int(raw: bytes | str | None, board: str, field: str) -> int | None:
 
 
 def parse_header(reply: Sequence[Any], board: str) -> Header:
-    """A 503 naming the meta key when ``version`` or ``as_of`` is not an integer the flusher could write."""
+    """A 503 naming the meta key when ``version`` or ``as_of`` is not an integer the flusher could write; then
+    a 404 when the board does not exist."""
     version = _meta_int(reply[2], board, keys.META_VERSION)
-    return Header(bool(reply[0]), int(reply[1]), version, _meta_int(reply[3], board, keys.META_AS_OF))
+    header = Header(bool(reply[0]), int(reply[1]), version, _meta_int(reply[3], board, keys.META_AS_OF))
+    if not header.exists:
+        raise not_found("board", f"board {board!r} does not exist")
+    return header
 
 
 def parse_page(first_rank0: int, flat: Sequence[bytes | str]) -> list[Entry]:
     """``ZREVRANGE ... WITHSCORES`` (member, score, member, score...) -> entries with 1-based ranks."""
-    return [Entry(first_rank0 + i + 1, _text(flat[2 * i]), parse_score(flat[2 * i + 1])) for i in range(len(flat) // 2)]
+    return [
+        {"rank": first_rank0 + i + 1, "player": _text(flat[2 * i]), "score": parse_score(flat[2 * i + 1])}
+        for i in range(len(flat) // 2)
+    ]
+
+
+def _not_on_board(board: str, player: str) -> Exception:
+    return not_found("player", f"player {player!r} is not on board {board!r}")
+
+
+def top(board: str, offset: int, reply: Sequence[Any]) -> tuple[Header, TopPage]:
+    header = parse_header(reply, board)
+    page: TopPage = {
+        "board": board,
+        "total": header.total,
+        "entries": parse_page(offset, reply[4]),
+        "as_of": header.as_of,
+    }
+    return header, page
+
+
+def player(board: str, name: str, reply: Sequence[Any]) -> PlayerRank:
+    header = parse_header(reply, board)
+    if len(reply) <= 4:
+        raise _not_on_board(board, name)
+    return {"board": board, "player": name, "rank": int(reply[4]) + 1, "score": parse_score(reply[5]),
+            "total": header.total, "as_of": header.as_of}  # fmt: skip
+
+
+def around(board: str, name: str, reply: Sequence[Any]) -> Neighbourhood:
+    header = parse_header(reply, board)
+    if len(reply) <= 4:
+        raise _not_on_board(board, name)
+    return {"board": board, "player": name, "total": header.total, "entries": parse_page(int(reply[4]), reply[5]),
+            "as_of": header.as_of}  # fmt: skip
+
+
+def players(board: str, ids: Sequence[str], reply: Sequence[Any]) -> FriendsList:
+    """The given players sorted by rank; ids not on the board under ``missing`` (in the order asked)."""
+    header = parse_header(reply, board)
+    found: list[Entry] = []
+    missing: list[str] = []
+    for name, rank, score in zip(ids, reply[4], reply[5], strict=True):
+        if rank is None:
+            missing.append(name)
+        else:
+            found.append({"rank": int(rank) + 1, "player": name, "score": parse_score(score)})
+    found.sort(key=lambda e: e["rank"])
+    return {"board": board, "total": header.total, "entries": found, "missing": missing, "as_of": header.as_of}
 
 
 _TOP, _PLAYER, _AROUND, _PLAYERS = (lua.Script(t) for t in (lua.TOP, lua.PLAYER, lua.AROUND, lua.PLAYERS))
 
 
 class Snapshots:
-    """The four read questions, each one EVALSHA of a read-only script."""
+    """The four read questions, each one EVALSHA of a read-only script, answered or raising 404/503."""
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
@@ -127,33 +148,21 @@ class Snapshots:
     def _keys(board: str) -> list[str]:
         return [keys.board_key(board), keys.meta_key(board)]
 
-    async def top(self, board: str, offset: int, limit: int, cached_version: int | None = None) -> Page | None:
+    async def top(
+        self, board: str, offset: int, limit: int, cached_version: int | None = None
+    ) -> tuple[Header, TopPage] | None:
         """A page of the board, or None when ``cached_version`` is still the board's version."""
         known = "" if cached_version is None else str(cached_version)
         reply = await _TOP(self._redis, self._keys(board), [min(offset, MAX_OFFSET), limit, known])
         if int(reply[0]) == 2:
             return None
-        return Page(parse_header(reply, board), parse_page(offset, reply[4]))
+        return top(board, offset, reply)
 
-    async def player(self, board: str, player: str) -> PlayerView:
-        reply = await _PLAYER(self._redis, self._keys(board), [player])
-        entry = Entry(int(reply[4]) + 1, player, parse_score(reply[5])) if len(reply) > 4 else None
-        return PlayerView(parse_header(reply, board), entry)
+    async def player(self, board: str, name: str) -> PlayerRank:
+        return player(board, name, await _PLAYER(self._redis, self._keys(board), [name]))
 
-    async def around(self, board: str, player: str, radius: int) -> Around:
-        reply = await _AROUND(self._redis, self._keys(board), [player, radius])
-        entries = parse_page(int(reply[4]), reply[5]) if len(reply) > 4 else None
-        return Around(parse_header(reply, board), entries)
+    async def around(self, board: str, name: str, radius: int) -> Neighbourhood:
+        return around(board, name, await _AROUND(self._redis, self._keys(board), [name, radius]))
 
-    async def players(self, board: str, ids: Sequence[str]) -> Friends:
-        """The given players sorted by rank; ids not on the board under ``missing`` (in the order asked)."""
-        reply = await _PLAYERS(self._redis, self._keys(board), list(ids))
-        found: list[Entry] = []
-        missing: list[str] = []
-        for player, rank, score in zip(ids, reply[4], reply[5], strict=True):
-            if rank is None:
-                missing.append(player)
-            else:
-                found.append(Entry(int(rank) + 1, player, parse_score(score)))
-        found.sort(key=lambda e: e.rank)
-        return Friends(parse_header(reply, board), found, missing)
+    async def players(self, board: str, ids: Sequence[str]) -> FriendsList:
+        return players(board, ids, await _PLAYERS(self._redis, self._keys(board), list(ids)))

@@ -11,9 +11,18 @@ from functools import partial
 from pathlib import Path
 
 import httpx
+import jsonschema_rs
 from starlette.applications import Starlette
 
 from hotboard.process import LOOPBACK, Child, free_port, url_answers
+from reader_api.openapi import REF, document
+
+_SCHEMAS = document("hotboard read API", "test", "", 8192)["components"]
+
+
+def conforms(body: object, answer: type) -> None:
+    """``body`` is valid against the OpenAPI schema of its answer type (reader_api.answers), as served."""
+    jsonschema_rs.validate({"$ref": REF.format(model=answer.__name__), "components": _SCHEMAS}, body)
 
 
 def reference_ranking(scores: Mapping[str, int]) -> list[tuple[int, str, int]]:

@@ -12,8 +12,8 @@ from redis.exceptions import RedisError
 
 from hotboard import keys
 from reader_api.app import create_app
-from reader_api.fastpath import PLAYER
 from reader_api.paths import EncodedSlashMiddleware
+from reader_api.routes import PLAYER
 from reader_api.service import Reader
 from reader_api.settings import ApiSettings
 from tests.integration.conftest_reader import asgi_client
