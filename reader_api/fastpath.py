@@ -15,6 +15,8 @@ before any rewrite, and it counts its own answers because the metrics middleware
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from operator import itemgetter
 
 from redis.exceptions import RedisError
 from starlette.responses import Response
@@ -28,8 +30,8 @@ _ASK = {e.path: e.fast for e in ENDPOINTS if e.fast is not None}
 #: Query parameters each fast route understands; any other key sends the request to the full app.
 QUERY_KEYS = {e.path: frozenset(e.query) for e in ENDPOINTS if e.fast is not None}
 _HEADERS = [(b"content-type", JSON.encode())]
-#: A route template as (template, [(index, literal segment)], [(index, parameter name)]).
-Shape = tuple[str, list[tuple[int, str]], list[tuple[int, str]]]
+#: A route template as (template, literal segments' getter, their text, [(index, parameter name)]).
+Shape = tuple[str, Callable[[list[str]], tuple[str, ...]], tuple[str, ...], list[tuple[int, str]]]
 
 
 def _shapes(templates: list[str]) -> dict[int, list[Shape]]:
@@ -37,9 +39,11 @@ def _shapes(templates: list[str]) -> dict[int, list[Shape]]:
     shapes: dict[int, list[Shape]] = {}
     for template in templates:
         parts = template.split("/")
-        literals = [(i, part) for i, part in enumerate(parts) if not part.startswith("{")]
+        literals = [i for i, part in enumerate(parts) if not part.startswith("{")]
         params = [(i, part[1:-1]) for i, part in enumerate(parts) if part.startswith("{")]
-        shapes.setdefault(len(parts), []).append((template, literals, params))
+        assert len(literals) > 1, template  # so the getter answers a tuple: "" before the first "/", and more
+        getter = itemgetter(*literals)
+        shapes.setdefault(len(parts), []).append((template, getter, getter(parts), params))
     return shapes
 
 
@@ -50,9 +54,10 @@ def match(path: str) -> tuple[str, dict[str, str]] | None:
     """``/v1/boards/g/players/p/around`` -> (AROUND, {"board": "g", "player": "p"}); None for anything else.
     A parameter is one non-empty segment, as in Starlette's ``{name}``."""
     parts = path.split("/")
-    for template, literals, params in _SHAPES.get(len(parts), ()):
-        if all(parts[i] == text for i, text in literals) and all(parts[i] for i, _ in params):
-            return template, {name: parts[i] for i, name in params}
+    for template, literals, expected, params in _SHAPES.get(len(parts), ()):
+        if literals(parts) == expected:
+            found = {name: parts[i] for i, name in params}
+            return (template, found) if all(found.values()) else None
     return None
 
 
