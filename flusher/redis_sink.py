@@ -16,14 +16,14 @@ from typing import Any
 
 from hiredis import pack_command
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, CheckpointResult, ExpectedWatermark, Outcome
 from hotboard import keys, lua
 
 log = logging.getLogger(__name__)
 
-_FLUSH_SHA = lua.digest(lua.FLUSH)
+_FLUSH = lua.Script(lua.FLUSH)
 
 
 class RedisSink:
@@ -102,14 +102,12 @@ class RedisSink:
         if not batches:
             return []
         await self.register_boards(b.board for b in batches)
-        replies = await self._send([self._command(batch, expected) for batch in batches])
-        if any(isinstance(r, NoScriptError) for r in replies):
-            # Redis restarted and forgot the script: a NOSCRIPT reply applied nothing, so resend just those.
-            await self._redis.script_load(lua.FLUSH)
-            retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-            again = await self._send([self._command(batches[i], expected) for i in retry])
-            for i, reply in zip(retry, again, strict=True):
-                replies[i] = reply
+
+        async def send(indices: Sequence[int]) -> list[Any]:
+            return await self._send([self._command(batches[i], expected) for i in indices])
+
+        # A NOSCRIPT reply (Redis restarted and forgot the script) applied nothing: just those are resent.
+        replies = await _FLUSH.many(self._redis, send, len(batches))
         return [self._result(batch, reply) for batch, reply in zip(batches, replies, strict=True)]
 
     async def advance_checkpoints(self, moves: dict[int, tuple[int, int]]) -> list[CheckpointResult]:
@@ -124,15 +122,8 @@ class RedisSink:
 
     def _command(self, batch: BoardBatch, expected: ExpectedWatermark) -> list[Any]:
         board = batch.board
-        args: list[Any] = [
-            "EVALSHA",
-            _FLUSH_SHA,
-            3,
-            keys.board_key(board),
-            keys.applied_key(board),
-            keys.meta_key(board),
-            len(batch.offsets),
-        ]
+        board_keys = [keys.board_key(board), keys.applied_key(board), keys.meta_key(board)]
+        args = _FLUSH.command(board_keys, [len(batch.offsets)])
         for partition, offset in batch.offsets.items():
             args += (self.field(partition), expected(board, partition), offset)
         args.extend(chain.from_iterable(batch.deltas.items()))

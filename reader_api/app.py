@@ -55,6 +55,9 @@ def create_app(settings: ApiSettings, redis: Redis | None = None) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        outermost: object = app.user_middleware[0].cls
+        if outermost is not FastPath:  # app.add_middleware() would insert in front of it
+            raise RuntimeError("FastPath must stay the outermost middleware (see create_app)")
         client = redis if redis is not None else connect(settings)
         cache = PageCache(settings.api_cache_size, settings.api_cache_max_bytes)
         app.state.reader = Reader(client, cache, metrics)
@@ -64,13 +67,17 @@ def create_app(settings: ApiSettings, redis: Redis | None = None) -> Starlette:
             if redis is None:
                 await client.aclose()
 
+    middleware = [
+        # 1. Outermost, always: the fast path reads the raw path before EncodedSlashMiddleware rewrites it,
+        #    answers (and counts) its requests itself, and hands everything else unchanged to the rest.
+        Middleware(FastPath, metrics=metrics, retry_after_s=settings.api_retry_after_s),
+        # 2. The full app: the path rewrite, then the metrics of every request the fast path handed over.
+        Middleware(EncodedSlashMiddleware),
+        Middleware(MetricsMiddleware, metrics=metrics),
+    ]
     app = Starlette(
         routes=ROUTES,
-        middleware=[
-            Middleware(FastPath, metrics=metrics, retry_after_s=settings.api_retry_after_s),
-            Middleware(EncodedSlashMiddleware),
-            Middleware(MetricsMiddleware, metrics=metrics),
-        ],
+        middleware=middleware,
         exception_handlers=errors.handlers(settings.api_retry_after_s),
         lifespan=lifespan,
     )

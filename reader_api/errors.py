@@ -18,6 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ExceptionHandler
 
+from reader_api.answers import ErrorBody
+
 log = logging.getLogger("hotboard.api")
 
 JSON = "application/json"
@@ -50,7 +52,7 @@ def corrupt(key: str, message: str) -> ApiError:
 def error_response(
     status: int, code: str, message: str, parameter: str | None = None, headers: Mapping[str, str] | None = None
 ) -> Response:
-    body: dict[str, str] = {"error": code, "message": message}
+    body: ErrorBody = {"error": code, "message": message}
     if parameter is not None:
         body["parameter"] = parameter
     return Response(orjson.dumps(body), status_code=status, media_type=JSON, headers=headers)
@@ -71,6 +73,12 @@ def redis_failure(exc: Exception, retry_after_s: int) -> Response:
     return error_response(503, "redis_error", "Redis could not answer; retry later", None, headers)
 
 
+def internal_failure(path: str) -> Response:
+    """Anything else: logged with its traceback (call it inside the ``except``), a JSON 500."""
+    log.exception("unexpected error on %s", path)
+    return error_response(500, "internal_error", "internal error")
+
+
 def handlers(retry_after_s: int) -> dict[type[Exception], ExceptionHandler]:
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
@@ -85,8 +93,7 @@ def handlers(retry_after_s: int) -> dict[type[Exception], ExceptionHandler]:
         return redis_failure(exc, retry_after_s)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unexpected error on %s", request.url.path)
-        return error_response(500, "internal_error", "internal error")
+        return internal_failure(request.url.path)
 
     return {
         ApiError: on_api_error,

@@ -2,46 +2,62 @@
 
 A py-spy profile of ``hotboard api`` under load put request/response objects, routing and the middleware
 chain at about a third of the CPU of a rank request. Rank, around-me and top pages are most of the traffic,
-so for them this front door parses the path and query itself, asks the same :class:`~reader_api.service.Reader`
-and writes the same bytes. A request it does not fully understand — another route, a percent-encoded path,
+so for them (the entries of :data:`reader_api.routes.ENDPOINTS` with a ``fast`` question) this front door
+parses the path and query itself and asks the very function the full app's handler asks, so it writes the
+same bytes. A request it does not fully understand — another route, a percent-encoded path,
 a query with escapes, repeats or unknown keys — is handed unchanged to the full app. Once it has asked Redis,
-it answers whatever happens itself (404, 422, 503 through the same functions as the full app's handlers):
-handing a failed request over would ask a struggling Redis twice and double the time to the 503.
+it answers whatever happens itself (404, 422, 503, 500 through the same functions as the full app's handlers,
+each counted): handing a failed request over would ask a struggling Redis twice and double the time to the
+503. It must stay the outermost middleware (see :func:`reader_api.app.create_app`): it reads the raw path
+before any rewrite, and it counts its own answers because the metrics middleware never sees them.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from operator import itemgetter
 
 from redis.exceptions import RedisError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from reader_api.errors import JSON, ApiError, api_failure, redis_failure
+from reader_api.errors import JSON, ApiError, api_failure, internal_failure, redis_failure
 from reader_api.metrics import ApiMetrics
-from reader_api.params import check_board, check_player, int_param
-from reader_api.service import Reader
+from reader_api.routes import ENDPOINTS
 
-TOP = "/v1/boards/{board}/top"
-PLAYER = "/v1/boards/{board}/players/{player}"
-AROUND = "/v1/boards/{board}/players/{player}/around"
+_ASK = {e.path: e.fast for e in ENDPOINTS if e.fast is not None}
 #: Query parameters each fast route understands; any other key sends the request to the full app.
-QUERY_KEYS = {TOP: frozenset({"limit", "offset"}), PLAYER: frozenset(), AROUND: frozenset({"radius"})}
+QUERY_KEYS = {e.path: frozenset(e.query) for e in ENDPOINTS if e.fast is not None}
 _HEADERS = [(b"content-type", JSON.encode())]
+#: A route template as (template, literal segments' getter, their text, [(index, parameter name)]).
+Shape = tuple[str, Callable[[list[str]], tuple[str, ...]], tuple[str, ...], list[tuple[int, str]]]
 
 
-def match(path: str) -> tuple[str, list[str]] | None:
-    """``/v1/boards/g/players/p/around`` -> (AROUND, ["g", "p"]); None for anything else."""
+def _shapes(templates: list[str]) -> dict[int, list[Shape]]:
+    """segment count -> the shapes of the templates with that many segments."""
+    shapes: dict[int, list[Shape]] = {}
+    for template in templates:
+        parts = template.split("/")
+        literals = [i for i, part in enumerate(parts) if not part.startswith("{")]
+        params = [(i, part[1:-1]) for i, part in enumerate(parts) if part.startswith("{")]
+        assert len(literals) > 1, template  # so the getter answers a tuple: "" before the first "/", and more
+        getter = itemgetter(*literals)
+        shapes.setdefault(len(parts), []).append((template, getter, getter(parts), params))
+    return shapes
+
+
+_SHAPES = _shapes(list(_ASK))
+
+
+def match(path: str) -> tuple[str, dict[str, str]] | None:
+    """``/v1/boards/g/players/p/around`` -> (AROUND, {"board": "g", "player": "p"}); None for anything else.
+    A parameter is one non-empty segment, as in Starlette's ``{name}``."""
     parts = path.split("/")
-    n = len(parts)
-    if n < 5 or parts[1] != "v1" or parts[2] != "boards":
-        return None
-    if n == 5 and parts[4] == "top":
-        return TOP, [parts[3]]
-    if n == 6 and parts[4] == "players":
-        return PLAYER, [parts[3], parts[5]]
-    if n == 7 and parts[4] == "players" and parts[6] == "around":
-        return AROUND, [parts[3], parts[5]]
+    for template, literals, expected, params in _SHAPES.get(len(parts), ()):
+        if literals(parts) == expected:
+            found = {name: parts[i] for i, name in params}
+            return (template, found) if all(found.values()) else None
     return None
 
 
@@ -85,21 +101,16 @@ class FastPath:
                     return
         await self.app(scope, receive, send)
 
-    async def _answer(self, scope: Scope, route: str, params: list[str]) -> bytes | Response | None:
+    async def _answer(self, scope: Scope, route: str, params: dict[str, str]) -> bytes | Response | None:
         """The body of a 200, an error response, or None: the full app must answer."""
         query = simple_query(scope["query_string"], QUERY_KEYS[route])
         if query is None:
             return None
-        reader: Reader = scope["app"].state.reader
         try:
-            board = check_board(params[0])
-            if route == TOP:
-                return await reader.top(board, int_param(query, "offset"), int_param(query, "limit"))
-            player = check_player(params[1])
-            if route == PLAYER:
-                return await reader.player(board, player)
-            return await reader.around(board, player, int_param(query, "radius"))
+            return await _ASK[route](scope["app"].state.reader, params, query)
         except ApiError as exc:
             return api_failure(exc, self.retry_after_s)
         except (RedisError, OSError) as exc:
             return redis_failure(exc, self.retry_after_s)
+        except Exception:  # noqa: BLE001 - as the app's last handler: logged there, a counted JSON 500
+            return internal_failure(scope["path"])

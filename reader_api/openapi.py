@@ -1,4 +1,5 @@
-"""The OpenAPI document, built once per app from the response models and the parameter table.
+"""The OpenAPI document, built once per app from the route table (:data:`reader_api.routes.ENDPOINTS`), the
+answer types (:mod:`reader_api.answers`) and the parameter rules (:mod:`reader_api.params`).
 
 The endpoints are plain Starlette routes (FastAPI's per-request dependency solving cost ~6x the whole of
 Starlette's routing on the benchmark machine), so the document is assembled here rather than introspected.
@@ -7,14 +8,13 @@ The schemathesis test holds the implementation to it.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+import types
+from typing import Annotated, Any, NotRequired, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from hotboard.keys import BOARD_RE, PLAYER_MAX_CHARS
-from reader_api import models
+from reader_api.answers import ErrorBody, Schema
 from reader_api.params import INT_PARAMS, MAX_IDS
+from reader_api.routes import ENDPOINTS, Endpoint
 
 REF = "#/components/schemas/{model}"
 JSON = "application/json"
@@ -64,10 +64,48 @@ def _ids(max_request_line_bytes: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _json(model: type[BaseModel], description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+def schemas(answers: list[type]) -> dict[str, dict[str, Any]]:
+    """JSON schemas of answer types (TypedDicts of int, str, list, ``| None`` and ``Annotated[..., Schema]``),
+    keyed by type name; a nested answer type becomes a ``$ref`` with a schema of its own."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def of(tp: Any) -> dict[str, Any]:
+        origin = get_origin(tp)
+        if origin is NotRequired:  # said by the object's "required" (not __required_keys__: wrong on 3.11 under
+            # ``from __future__ import annotations``)
+            return of(get_args(tp)[0])
+        if origin is Annotated:
+            base, *extras = get_args(tp)
+            schema = of(base)
+            for extra in extras:
+                if isinstance(extra, Schema):
+                    schema.update(extra.keywords)
+            return schema
+        if origin in (Union, types.UnionType):
+            return {"anyOf": [{"type": "null"} if arg is type(None) else of(arg) for arg in get_args(tp)]}
+        if origin is list:
+            return {"type": "array", "items": of(get_args(tp)[0])}
+        if is_typeddict(tp):
+            if tp.__name__ not in found:
+                hints = get_type_hints(tp, include_extras=True)
+                required = [name for name, hint in hints.items() if get_origin(hint) is not NotRequired]
+                properties = {name: of(hint) for name, hint in hints.items()}
+                found[tp.__name__] = {"type": "object", "title": tp.__name__, "properties": properties,
+                                      "required": required}  # fmt: skip
+            return {"$ref": REF.format(model=tp.__name__)}
+        if tp is int or tp is str:
+            return {"type": "integer" if tp is int else "string"}
+        raise TypeError(f"no JSON schema for {tp!r}")
+
+    for answer in answers:
+        of(answer)
+    return found
+
+
+def _json(answer: type, description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
     response: dict[str, Any] = {
         "description": description,
-        "content": {JSON: {"schema": {"$ref": REF.format(model=model.__name__)}}},
+        "content": {JSON: {"schema": {"$ref": REF.format(model=answer.__name__)}}},
     }
     if headers:
         response["headers"] = headers
@@ -75,77 +113,28 @@ def _json(model: type[BaseModel], description: str, headers: dict[str, Any] | No
 
 
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "string"}}}
-_ERRORS = {
-    "404": _json(models.ErrorBody, "Unknown board or player"),
-    "422": _json(models.ErrorBody, "Invalid parameter, named in `parameter`"),
-    "503": _json(
-        models.ErrorBody,
-        "Redis unreachable, or the board's stored meta is corrupt (the message names "
-        "the key); retry after Retry-After seconds",
-        _RETRY_AFTER,
-    ),
-}
 
 
-def _operation(op_id: str, summary: str, params: list[dict[str, Any]], model: type[BaseModel]) -> dict[str, Any]:
-    return {
-        "get": {
-            "operationId": op_id,
-            "summary": summary,
-            "tags": ["leaderboard"],
-            "parameters": params,
-            "responses": {"200": _json(model, "Answer from one consistent snapshot"), **_ERRORS},
-        }
-    }
+def _operation(endpoint: Endpoint, max_request_line_bytes: int) -> dict[str, Any]:
+    doc = endpoint.doc
+    assert doc is not None
+    query = [_ids(max_request_line_bytes) if name == "ids" else _int_param(name) for name in endpoint.query]
+    errors = {str(status): _json(ErrorBody, means, _RETRY_AFTER if status == 503 else None)
+              for status, means in doc.errors}  # fmt: skip
+    operation: dict[str, Any] = {"operationId": doc.operation, "summary": doc.summary, "tags": [doc.tag]}
+    parameters = [*(_PATH_PARAMS[name] for name in endpoint.params), *query]
+    if parameters:
+        operation["parameters"] = parameters
+    operation["responses"] = {"200": _json(doc.answer, doc.answered), **errors}
+    return {"get": operation}
 
 
 def document(title: str, version: str, description: str, max_request_line_bytes: int) -> dict[str, Any]:
-    all_models = (models.TopPage, models.PlayerRank, models.Neighbourhood, models.FriendsList, models.ErrorBody,
-                  models.Health)  # fmt: skip
-    _, defs = models_json_schema([(m, "serialization") for m in all_models], ref_template=REF)
-    board, player = _PATH_PARAMS["board"], _PATH_PARAMS["player"]
-    probe = {"tags": ["operations"]}
+    documented = [e for e in ENDPOINTS if e.doc is not None]
+    answers = [ErrorBody, *(e.doc.answer for e in documented if e.doc is not None)]
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": version, "description": description},
-        "paths": {
-            "/v1/boards/{board}/top": _operation(
-                "top", "Top of the board, paged", [board, _int_param("limit"), _int_param("offset")], models.TopPage
-            ),
-            "/v1/boards/{board}/players/{player}": _operation(
-                "player", "One player's rank and score", [board, player], models.PlayerRank
-            ),
-            "/v1/boards/{board}/players/{player}/around": _operation(
-                "around",
-                "A player and the neighbours above and below",
-                [board, player, _int_param("radius")],
-                models.Neighbourhood,
-            ),
-            "/v1/boards/{board}/players": _operation(
-                "players",
-                "Several players (a friends list), sorted by rank",
-                [board, _ids(max_request_line_bytes)],
-                models.FriendsList,
-            ),
-            "/healthz": {
-                "get": {
-                    **probe,
-                    "operationId": "healthz",
-                    "summary": "The process is alive",
-                    "responses": {"200": _json(models.Health, "Alive")},
-                }
-            },
-            "/readyz": {
-                "get": {
-                    **probe,
-                    "operationId": "readyz",
-                    "summary": "Redis answers",
-                    "responses": {
-                        "200": _json(models.Health, "Ready"),
-                        "503": _json(models.ErrorBody, "Redis unreachable", _RETRY_AFTER),
-                    },
-                }
-            },
-        },
-        "components": {"schemas": defs.get("$defs", {})},
+        "paths": {e.path: _operation(e, max_request_line_bytes) for e in documented},
+        "components": {"schemas": schemas(answers)},
     }

@@ -1,9 +1,15 @@
-"""HTTP endpoints as plain Starlette routes: parse and validate (:mod:`reader_api.params`), delegate to
-:class:`~reader_api.service.Reader`, return the already-encoded JSON. The contract is in
-:mod:`reader_api.openapi`."""
+"""The route table: every endpoint written once. Starlette's routing (:data:`ROUTES`), the fast path
+(:mod:`reader_api.fastpath`) and the OpenAPI document (:mod:`reader_api.openapi`) are all built from
+:data:`ENDPOINTS`. A read question parses and validates (:mod:`reader_api.params`), asks the
+:class:`~reader_api.service.Reader` and returns the already-encoded JSON."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 from starlette.requests import Request
@@ -11,9 +17,48 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from reader_api import docs
+from reader_api.answers import FriendsList, Health, Neighbourhood, PlayerRank, TopPage
 from reader_api.errors import JSON
 from reader_api.params import check_board, check_player, ids_param, int_param
 from reader_api.service import Reader
+
+#: (reader, path parameters, query) -> the body of a 200; a failure raises (ApiError, RedisError, ...).
+Ask = Callable[[Reader, Mapping[str, str], Mapping[str, str]], Awaitable[bytes]]
+Handler = Callable[[Request], Awaitable[Response]]
+
+SNAPSHOT = "Answer from one consistent snapshot"
+#: status -> what it means; every 503 carries Retry-After.
+READ_ERRORS = ((404, "Unknown board or player"), (422, "Invalid parameter, named in `parameter`"),
+               (503, "Redis unreachable, or the board's stored meta is corrupt (the message names the key); retry "
+                "after Retry-After seconds"))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    """How an endpoint appears in the OpenAPI document."""
+
+    operation: str
+    summary: str
+    answer: type  # its 200 body, a type of reader_api.answers
+    answered: str = SNAPSHOT
+    tag: str = "leaderboard"
+    errors: tuple[tuple[int, str], ...] = READ_ERRORS
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    path: str
+    handler: Handler
+    doc: Doc | None = None  # None: not part of the documented contract
+    #: The query keys the endpoint reads, in the document's order; the fast path hands any other to the app.
+    query: tuple[str, ...] = ()
+    #: Set for a read question that the fast path answers too (plain requests only; see reader_api.fastpath).
+    fast: Ask | None = None
+
+    @property
+    def params(self) -> list[str]:
+        """The path parameters, in order: ``/v1/boards/{board}/top`` -> ``["board"]``."""
+        return re.findall(r"{(\w+)}", self.path)
 
 
 def _reader(request: Request) -> Reader:
@@ -25,37 +70,43 @@ def _json(body: bytes) -> Response:
     return Response(body, media_type=JSON)
 
 
-async def top(request: Request) -> Response:
-    board = check_board(request.path_params["board"])
-    query = request.query_params
-    return _json(await _reader(request).top(board, int_param(query, "offset"), int_param(query, "limit")))
+def question(path: str, ask: Ask, doc: Doc, query: tuple[str, ...] = (), fast: bool = True) -> Endpoint:
+    """A read endpoint: the full app's handler and (``fast``) the fast path ask the same function."""
+
+    async def handler(request: Request) -> Response:
+        return _json(await ask(_reader(request), request.path_params, request.query_params))
+
+    return Endpoint(path, handler, doc, query, ask if fast else None)
 
 
-async def player(request: Request) -> Response:
-    board = check_board(request.path_params["board"])
-    name = check_player(request.path_params["player"])
-    return _json(await _reader(request).player(board, name))
+async def top(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
+    return await reader.top(check_board(path["board"]), int_param(query, "offset"), int_param(query, "limit"))
 
 
-async def around(request: Request) -> Response:
-    board = check_board(request.path_params["board"])
-    name = check_player(request.path_params["player"])
-    return _json(await _reader(request).around(board, name, int_param(request.query_params, "radius")))
+async def player(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
+    return await reader.player(check_board(path["board"]), check_player(path["player"]))
 
 
-async def players(request: Request) -> Response:
-    board = check_board(request.path_params["board"])
-    return _json(await _reader(request).players(board, ids_param(request.query_params)))
+async def around(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
+    board, name = check_board(path["board"]), check_player(path["player"])
+    return await reader.around(board, name, int_param(query, "radius"))
+
+
+async def players(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
+    return await reader.players(check_board(path["board"]), ids_param(query))
+
+
+_ALIVE, _READY = orjson.dumps(Health(status="ok")), orjson.dumps(Health(status="ready"))
 
 
 async def healthz(request: Request) -> Response:
-    return _json(b'{"status":"ok"}')
+    return _json(_ALIVE)
 
 
 async def readyz(request: Request) -> Response:
     if not await _reader(request).ready():
         raise RedisError("PING was not answered with PONG")  # the 503 handler adds the configured Retry-After
-    return _json(b'{"status":"ready"}')
+    return _json(_READY)
 
 
 async def metrics(request: Request) -> Response:
@@ -67,15 +118,25 @@ async def openapi(request: Request) -> Response:
     return _json(body)
 
 
-ROUTES = [
-    Route("/v1/boards/{board}/top", top, methods=["GET"]),
-    Route("/v1/boards/{board}/players/{player}/around", around, methods=["GET"]),
-    Route("/v1/boards/{board}/players/{player}", player, methods=["GET"]),
-    Route("/v1/boards/{board}/players", players, methods=["GET"]),
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
-    Route("/metrics", metrics, methods=["GET"]),
-    Route("/openapi.json", openapi, methods=["GET"]),
-    Route("/docs", docs.page, methods=["GET"]),
-    Route("/docs/{asset}", docs.asset, methods=["GET"]),
-]
+TOP = "/v1/boards/{board}/top"
+PLAYER = "/v1/boards/{board}/players/{player}"
+AROUND = "/v1/boards/{board}/players/{player}/around"
+PLAYERS = "/v1/boards/{board}/players"
+
+ENDPOINTS = (
+    question(TOP, top, Doc("top", "Top of the board, paged", TopPage), query=("limit", "offset")),
+    question(AROUND, around, Doc("around", "A player and the neighbours above and below", Neighbourhood),
+             query=("radius",)),
+    question(PLAYER, player, Doc("player", "One player's rank and score", PlayerRank)),
+    # Ids are commas and escapes more often than not: the full app's query parser reads them.
+    question(PLAYERS, players, Doc("players", "Several players (a friends list), sorted by rank", FriendsList),
+             query=("ids",), fast=False),
+    Endpoint("/healthz", healthz, Doc("healthz", "The process is alive", Health, "Alive", "operations", ())),
+    Endpoint("/readyz", readyz, Doc("readyz", "Redis answers", Health, "Ready", "operations",
+                                    ((503, "Redis unreachable"),))),
+    Endpoint("/metrics", metrics),
+    Endpoint("/openapi.json", openapi),
+    Endpoint("/docs", docs.page),
+    Endpoint("/docs/{asset}", docs.asset),
+)  # fmt: skip
+ROUTES = [Route(e.path, e.handler, methods=["GET"]) for e in ENDPOINTS]

@@ -28,6 +28,8 @@ from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallab
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from reader_api.answers import ErrorBody
+
 #: Bytes handed to the parser at once. Small enough that the requests one slice can hold (at least 18 bytes
 #: each) are a few hundred cycles at most; large enough that a normal request is one slice.
 FEED_SLICE = 4096
@@ -60,7 +62,8 @@ _REASONS = {
 def refusal(status: int) -> bytes:
     """A complete ``Connection: close`` response with the API's JSON error body."""
     reason, code, message = _REASONS[status]
-    body = orjson.dumps({"error": code, "message": message})
+    error: ErrorBody = {"error": code, "message": message}
+    body = orjson.dumps(error)
     head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
     return head % (status, reason, len(body)) + body
 
@@ -187,7 +190,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     async def _overloaded(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         """uvicorn's ``limit_concurrency`` answer, as the API's JSON 503 with Retry-After."""
-        body = orjson.dumps({"error": "overloaded", "message": "too many connections; retry later"})
+        error: ErrorBody = {"error": "overloaded", "message": "too many connections; retry later"}
+        body = orjson.dumps(error)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                    (b"retry-after", str(self.limits.retry_after_s).encode()), (b"connection", b"close")]  # fmt: skip
         await send({"type": "http.response.start", "status": 503, "headers": headers})

@@ -1,4 +1,4 @@
-"""The read questions as rendered JSON bodies: snapshot from Redis, shape, encode, and the top-page cache.
+"""The read questions as rendered JSON bodies: the answer from one snapshot, encoded, and the top-page cache.
 
 Kept apart from the HTTP layer so the benchmark and tests can reason about one place where Redis is read.
 """
@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import orjson
 from redis.asyncio import Redis
 
-from reader_api import shaping
 from reader_api.cache import PageCache
 from reader_api.metrics import ApiMetrics
 from reader_api.snapshot import Snapshots
@@ -25,32 +24,33 @@ class Reader:
 
     async def top(self, board: str, offset: int, limit: int) -> bytes:
         if not self.cache.enabled:
-            page = await self.snapshots.top(board, offset, limit)
-            assert page is not None
-            return orjson.dumps(shaping.top(board, page))
+            found = await self.snapshots.top(board, offset, limit)
+            assert found is not None
+            return orjson.dumps(found[1])
         key = (board, offset, limit)
         cached = self.cache.get(key)
-        page = await self.snapshots.top(board, offset, limit, None if cached is None else cached.version)
-        if page is None:
+        found = await self.snapshots.top(board, offset, limit, None if cached is None else cached.version)
+        if found is None:
             assert cached is not None
             self.metrics.cache_hit.inc()
             return cached.body
         self.metrics.cache_miss.inc()
-        body = orjson.dumps(shaping.top(board, page))
-        if page.header.version is None:
+        header, page = found
+        body = orjson.dumps(page)
+        if header.version is None:
             self.cache.discard(key)
         else:
-            self.cache.put(key, page.header.version, body)
+            self.cache.put(key, header.version, body)
         return body
 
     async def player(self, board: str, player: str) -> bytes:
-        return orjson.dumps(shaping.player(board, player, await self.snapshots.player(board, player)))
+        return orjson.dumps(await self.snapshots.player(board, player))
 
     async def around(self, board: str, player: str, radius: int) -> bytes:
-        return orjson.dumps(shaping.around(board, player, await self.snapshots.around(board, player, radius)))
+        return orjson.dumps(await self.snapshots.around(board, player, radius))
 
     async def players(self, board: str, ids: Sequence[str]) -> bytes:
-        return orjson.dumps(shaping.players(board, await self.snapshots.players(board, ids)))
+        return orjson.dumps(await self.snapshots.players(board, ids))
 
     async def ready(self) -> bool:
         return bool(await self.redis.ping())

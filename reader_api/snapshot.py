@@ -1,4 +1,4 @@
-"""Atomic reads: every answer comes from one Lua script, so one snapshot of the board.
+"""Atomic reads: every answer comes from one Lua script (:mod:`hotboard.lua`), so one snapshot of the board.
 
 The flusher applies a window (scores + ``version`` + ``as_of``) in one script; a read script runs between
 two of them, never during one. So rank, score, neighbours, total and meta returned by one call below always
@@ -8,11 +8,14 @@ All keys of a board share one hash tag, so the scripts also run unchanged on Red
 Every script answers ``{exists, total, version, as_of, ...}``; ``exists`` is 0 only when neither the sorted
 set nor the meta hash exist (an unknown board). Redis deletes an empty sorted set, so a board whose players
 all left is still "known" through its meta hash and answers with ``total`` 0.
+
+A reply becomes its answer (:mod:`reader_api.answers`) in one pure function per question, tested without
+Redis. Ranks are 1-based positions, highest score first; equal scores keep Redis's order (ZREVRANGE/ZREVRANK:
+reverse lexicographic by the bytes of the id), so every rank is distinct and paging is stable.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from collections.abc import Sequence
@@ -20,119 +23,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
 
-from hotboard import keys
-from reader_api.errors import corrupt
-
-_HEADER = f"""
-local total = redis.call('ZCARD', KEYS[1])
-local meta = redis.call('HMGET', KEYS[2], '{keys.META_VERSION}', '{keys.META_AS_OF}')
-local exists = 1
-if total == 0 then exists = redis.call('EXISTS', KEYS[2]) end
-"""
-
-#: ARGV: offset, limit, version the caller has cached ('' = none). Answers {2} when that version is current,
-#: so a cache hit costs one small round trip and a miss still costs only one.
-TOP_SCRIPT = f"""
-if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], '{keys.META_VERSION}') == ARGV[3] then return {{2}} end
-{_HEADER}
-local offset = tonumber(ARGV[1])
-local page = {{}}
-if offset < total then
-  page = redis.call('ZREVRANGE', KEYS[1], offset, offset + tonumber(ARGV[2]) - 1, 'WITHSCORES')
-end
-return {{exists, total, meta[1], meta[2], page}}
-"""
-
-#: ARGV: player. Adds {rank0, score} when the player is on the board.
-PLAYER_SCRIPT = f"""
-{_HEADER}
-local rank = redis.call('ZREVRANK', KEYS[1], ARGV[1])
-if not rank then return {{exists, total, meta[1], meta[2]}} end
-return {{exists, total, meta[1], meta[2], rank, redis.call('ZSCORE', KEYS[1], ARGV[1])}}
-"""
-
-#: ARGV: player, radius. Adds {first rank0, page} when the player is on the board.
-AROUND_SCRIPT = f"""
-{_HEADER}
-local rank = redis.call('ZREVRANK', KEYS[1], ARGV[1])
-if not rank then return {{exists, total, meta[1], meta[2]}} end
-local radius = tonumber(ARGV[2])
-local first = rank - radius
-if first < 0 then first = 0 end
-return {{exists, total, meta[1], meta[2], first, redis.call('ZREVRANGE', KEYS[1], first, rank + radius, 'WITHSCORES')}}
-"""
-
-#: ARGV: player ids. Adds two arrays parallel to ARGV: rank0 or nil, score or nil.
-PLAYERS_SCRIPT = f"""
-{_HEADER}
-local ranks, scores = {{}}, {{}}
-for i = 1, #ARGV do
-  local rank = redis.call('ZREVRANK', KEYS[1], ARGV[i])
-  ranks[i] = rank or false
-  scores[i] = rank and redis.call('ZSCORE', KEYS[1], ARGV[i]) or false
-end
-return {{exists, total, meta[1], meta[2], ranks, scores}}
-"""
+from hotboard import keys, lua
+from reader_api.answers import MAX_SCORE, Entry, FriendsList, Neighbourhood, PlayerRank, TopPage
+from reader_api.errors import corrupt, not_found
 
 #: Largest offset worth sending: no sorted set holds more members, and Lua numbers stay exact below it.
 MAX_OFFSET = 2**53
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    rank: int
-    player: str
-    score: int
+#: ``version`` and ``as_of`` are non-negative 64-bit integers (the flusher's HINCRBY and Redis TIME in ms).
+_META_INT = re.compile(rb"[0-9]{1,19}")
+_META_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
 class Header:
+    """The board's side of every reply (not an answer: ``version`` keys the cache, ``exists`` the 404)."""
+
     exists: bool
     total: int
     version: int | None
     as_of: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
-    header: Header
-    entries: list[Entry]
-
-
-@dataclass(frozen=True, slots=True)
-class PlayerView:
-    header: Header
-    entry: Entry | None
-
-
-@dataclass(frozen=True, slots=True)
-class Around:
-    header: Header
-    #: None when the player is not on the board.
-    entries: list[Entry] | None
-
-
-@dataclass(frozen=True, slots=True)
-class Friends:
-    header: Header
-    entries: list[Entry]
-    missing: list[str]
-
-
-#: Scores are exact integers stored as doubles, exact within ±(2^53 - 1). Beyond that (a total ≥ 2^53, up to
-#: ±inf) a score is no longer exact and answers saturated at these bounds, so every stored score has one
-#: JSON integer answer that any client (a JavaScript number too) holds exactly.
-MAX_SCORE = 2**53 - 1
-#: ``version`` and ``as_of`` are non-negative 64-bit integers (the flusher's HINCRBY and Redis TIME in ms).
-_META_INT = re.compile(rb"[0-9]{1,19}")
-_META_MAX = 2**63 - 1
-
-
 def parse_score(raw: bytes | str) -> int:
     """Redis prints a score as an integer below 1e17, else as ``%.17g`` (``1.8446744073709552e+19``, ``inf``);
-    a fractional score (written by something other than the flusher) is truncated towards zero."""
+    a fractional score (written by something other than the flusher) is truncated towards zero. Beyond
+    ±MAX_SCORE a score answers saturated (README, "Read API")."""
     try:
         value = int(raw)
     except ValueError:
@@ -157,76 +73,96 @@ def _meta_int(raw: bytes | str | None, board: str, field: str) -> int | None:
 
 
 def parse_header(reply: Sequence[Any], board: str) -> Header:
-    """A 503 naming the meta key when ``version`` or ``as_of`` is not an integer the flusher could write."""
+    """A 503 naming the meta key when ``version`` or ``as_of`` is not an integer the flusher could write; then
+    a 404 when the board does not exist."""
     version = _meta_int(reply[2], board, keys.META_VERSION)
-    return Header(bool(reply[0]), int(reply[1]), version, _meta_int(reply[3], board, keys.META_AS_OF))
+    header = Header(bool(reply[0]), int(reply[1]), version, _meta_int(reply[3], board, keys.META_AS_OF))
+    if not header.exists:
+        raise not_found("board", f"board {board!r} does not exist")
+    return header
 
 
 def parse_page(first_rank0: int, flat: Sequence[bytes | str]) -> list[Entry]:
     """``ZREVRANGE ... WITHSCORES`` (member, score, member, score...) -> entries with 1-based ranks."""
-    return [Entry(first_rank0 + i + 1, _text(flat[2 * i]), parse_score(flat[2 * i + 1])) for i in range(len(flat) // 2)]
+    return [
+        {"rank": first_rank0 + i + 1, "player": _text(flat[2 * i]), "score": parse_score(flat[2 * i + 1])}
+        for i in range(len(flat) // 2)
+    ]
 
 
-class _Script:
-    """EVALSHA straight through ``execute_command``: redis-py's Script object adds a deprecation wrapper and an
-    import per call, a fifth of this API's CPU per request in a py-spy profile. NOSCRIPT (Redis restarted)
-    loads the script and retries once."""
+def _not_on_board(board: str, player: str) -> Exception:
+    return not_found("player", f"player {player!r} is not on board {board!r}")
 
-    __slots__ = ("_redis", "_sha", "_text")
 
-    def __init__(self, redis: Redis, text: str) -> None:
-        self._redis = redis
-        self._text = text
-        self._sha = hashlib.sha1(text.encode()).hexdigest()
+def top(board: str, offset: int, reply: Sequence[Any]) -> tuple[Header, TopPage]:
+    header = parse_header(reply, board)
+    page: TopPage = {
+        "board": board,
+        "total": header.total,
+        "entries": parse_page(offset, reply[4]),
+        "as_of": header.as_of,
+    }
+    return header, page
 
-    async def __call__(self, keys: list[str], args: Sequence[Any]) -> Any:
-        try:
-            return await self._redis.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-        except NoScriptError:
-            self._sha = await self._redis.script_load(self._text)
-            return await self._redis.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+
+def player(board: str, name: str, reply: Sequence[Any]) -> PlayerRank:
+    header = parse_header(reply, board)
+    if len(reply) <= 4:
+        raise _not_on_board(board, name)
+    return {"board": board, "player": name, "rank": int(reply[4]) + 1, "score": parse_score(reply[5]),
+            "total": header.total, "as_of": header.as_of}  # fmt: skip
+
+
+def around(board: str, name: str, reply: Sequence[Any]) -> Neighbourhood:
+    header = parse_header(reply, board)
+    if len(reply) <= 4:
+        raise _not_on_board(board, name)
+    return {"board": board, "player": name, "total": header.total, "entries": parse_page(int(reply[4]), reply[5]),
+            "as_of": header.as_of}  # fmt: skip
+
+
+def players(board: str, ids: Sequence[str], reply: Sequence[Any]) -> FriendsList:
+    """The given players sorted by rank; ids not on the board under ``missing`` (in the order asked)."""
+    header = parse_header(reply, board)
+    found: list[Entry] = []
+    missing: list[str] = []
+    for name, rank, score in zip(ids, reply[4], reply[5], strict=True):
+        if rank is None:
+            missing.append(name)
+        else:
+            found.append({"rank": int(rank) + 1, "player": name, "score": parse_score(score)})
+    found.sort(key=lambda e: e["rank"])
+    return {"board": board, "total": header.total, "entries": found, "missing": missing, "as_of": header.as_of}
+
+
+_TOP, _PLAYER, _AROUND, _PLAYERS = (lua.Script(t) for t in (lua.TOP, lua.PLAYER, lua.AROUND, lua.PLAYERS))
 
 
 class Snapshots:
-    """The four read questions, each one EVALSHA of a read-only script."""
+    """The four read questions, each one EVALSHA of a read-only script, answered or raising 404/503."""
 
     def __init__(self, redis: Redis) -> None:
-        self._top = _Script(redis, TOP_SCRIPT)
-        self._player = _Script(redis, PLAYER_SCRIPT)
-        self._around = _Script(redis, AROUND_SCRIPT)
-        self._players = _Script(redis, PLAYERS_SCRIPT)
+        self._redis = redis
 
     @staticmethod
     def _keys(board: str) -> list[str]:
         return [keys.board_key(board), keys.meta_key(board)]
 
-    async def top(self, board: str, offset: int, limit: int, cached_version: int | None = None) -> Page | None:
+    async def top(
+        self, board: str, offset: int, limit: int, cached_version: int | None = None
+    ) -> tuple[Header, TopPage] | None:
         """A page of the board, or None when ``cached_version`` is still the board's version."""
         known = "" if cached_version is None else str(cached_version)
-        reply = await self._top(self._keys(board), [min(offset, MAX_OFFSET), limit, known])
+        reply = await _TOP(self._redis, self._keys(board), [min(offset, MAX_OFFSET), limit, known])
         if int(reply[0]) == 2:
             return None
-        return Page(parse_header(reply, board), parse_page(offset, reply[4]))
+        return top(board, offset, reply)
 
-    async def player(self, board: str, player: str) -> PlayerView:
-        reply = await self._player(self._keys(board), [player])
-        entry = Entry(int(reply[4]) + 1, player, parse_score(reply[5])) if len(reply) > 4 else None
-        return PlayerView(parse_header(reply, board), entry)
+    async def player(self, board: str, name: str) -> PlayerRank:
+        return player(board, name, await _PLAYER(self._redis, self._keys(board), [name]))
 
-    async def around(self, board: str, player: str, radius: int) -> Around:
-        reply = await self._around(self._keys(board), [player, radius])
-        entries = parse_page(int(reply[4]), reply[5]) if len(reply) > 4 else None
-        return Around(parse_header(reply, board), entries)
+    async def around(self, board: str, name: str, radius: int) -> Neighbourhood:
+        return around(board, name, await _AROUND(self._redis, self._keys(board), [name, radius]))
 
-    async def players(self, board: str, ids: Sequence[str]) -> Friends:
-        """The given players sorted by rank; ids not on the board under ``missing`` (in the order asked)."""
-        reply = await self._players(self._keys(board), list(ids))
-        found: list[Entry] = []
-        missing: list[str] = []
-        for player, rank, score in zip(ids, reply[4], reply[5], strict=True):
-            if rank is None:
-                missing.append(player)
-            else:
-                found.append(Entry(int(rank) + 1, player, parse_score(score)))
-        found.sort(key=lambda e: e.rank)
-        return Friends(parse_header(reply, board), found, missing)
+    async def players(self, board: str, ids: Sequence[str]) -> FriendsList:
+        return players(board, ids, await _PLAYERS(self._redis, self._keys(board), list(ids)))

@@ -11,9 +11,18 @@ from functools import partial
 from pathlib import Path
 
 import httpx
+import jsonschema_rs
 from starlette.applications import Starlette
 
 from hotboard.process import LOOPBACK, Child, free_port, url_answers
+from reader_api.openapi import REF, document
+
+_SCHEMAS = document("hotboard read API", "test", "", 8192)["components"]
+
+
+def conforms(body: object, answer: type) -> None:
+    """``body`` is valid against the OpenAPI schema of its answer type (reader_api.answers), as served."""
+    jsonschema_rs.validate({"$ref": REF.format(model=answer.__name__), "components": _SCHEMAS}, body)
 
 
 def reference_ranking(scores: Mapping[str, int]) -> list[tuple[int, str, int]]:
@@ -24,10 +33,11 @@ def reference_ranking(scores: Mapping[str, int]) -> list[tuple[int, str, int]]:
 
 
 @contextlib.asynccontextmanager
-async def asgi_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    """httpx's ASGITransport does not run the lifespan; run it around the client."""
+async def asgi_client(app: Starlette, raise_app_exceptions: bool = True) -> AsyncIterator[httpx.AsyncClient]:
+    """httpx's ASGITransport does not run the lifespan; run it around the client. ``raise_app_exceptions=False``:
+    see the 500 a server would send where Starlette re-raises after answering."""
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
         async with httpx.AsyncClient(transport=transport, base_url="http://hotboard.test") as client:
             yield client
 

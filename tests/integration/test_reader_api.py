@@ -16,10 +16,10 @@ from redis.asyncio import Redis
 
 from hotboard import keys
 from hotboard.devstack import RedisServer
+from reader_api.answers import ErrorBody, FriendsList, Neighbourhood, PlayerRank, TopPage
 from reader_api.app import create_app
-from reader_api.models import ErrorBody, FriendsList, Neighbourhood, PlayerRank, TopPage
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import api_process, asgi_client, reference_ranking
+from tests.integration.conftest_reader import api_process, asgi_client, conforms, reference_ranking
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ async def test_every_endpoint_matches_the_reference(
     pages: list[dict[str, Any]] = []
     for offset in range(0, size + 7, 7):
         body = await get_json(client, path(BOARD, "top"), limit=7, offset=offset)
-        TopPage.model_validate(body)
+        conforms(body, TopPage)
         assert body["total"] == size and body["board"] == BOARD and body["as_of"] == 1_700_000_000_000
         assert body["entries"] == entries(ref[offset : offset + 7])
         pages += body["entries"]
@@ -90,12 +90,12 @@ async def test_every_endpoint_matches_the_reference(
     for index in sorted({0, len(ref) // 2, len(ref) - 1}):
         rank, player, score = ref[index]
         one = await get_json(client, path(BOARD, "players", player))
-        PlayerRank.model_validate(one)
+        conforms(one, PlayerRank)
         assert one == {"board": BOARD, "player": player, "rank": rank, "score": score, "total": size,
                        "as_of": 1_700_000_000_000}  # fmt: skip
         for radius in (0, 1, 3, 100):
             near = await get_json(client, path(BOARD, "players", player, "around"), radius=radius)
-            Neighbourhood.model_validate(near)
+            conforms(near, Neighbourhood)
             assert near["entries"] == entries(ref[max(0, index - radius) : index + radius + 1])
             assert near["player"] == player and near["total"] == size
 
@@ -104,7 +104,7 @@ async def test_every_endpoint_matches_the_reference(
     unknown = ["nobody", "also:nobody"]
     ids = [*asked, unknown[0], *asked[:2], unknown[1]]
     friends = await get_json(client, path(BOARD, "players"), ids=",".join(ids))
-    FriendsList.model_validate(friends)
+    conforms(friends, FriendsList)
     assert friends["entries"] == entries(sorted(r for r in ref if r[1] in asked))
     assert friends["missing"] == unknown and friends["total"] == size
 
@@ -130,7 +130,7 @@ async def test_empty_and_unknown_boards(client: httpx.AsyncClient, redis_client:
     assert (await get_json(client, path("unflushed", "players", "a")))["as_of"] is None
     for url in (path("nope", "top"), path("nope", "players", "a"), path("nope", "players", "a", "around")):
         body = await get_json(client, url, 404)
-        ErrorBody.model_validate(body)
+        conforms(body, ErrorBody)
         assert body["error"] == "board_not_found"
     assert (await get_json(client, path("nope", "players"), 404, ids="a"))["error"] == "board_not_found"
     missing = await get_json(client, path("unflushed", "players", "zz", "around"), 404)
@@ -305,3 +305,12 @@ async def test_real_uvicorn_server(redis_url: str, redis_client: Redis, tmp_path
             assert (await http.get("/docs/index.html")).status_code == 404
             response = await http.get(path(BOARD, "players", "nobody"))
             assert response.status_code == 404 and "traceback" not in response.text.lower()
+
+
+async def test_every_read_survives_a_script_flush(client: httpx.AsyncClient, redis_client: Redis) -> None:
+    """As after a Redis restart: EVALSHA answers NOSCRIPT, the script is loaded and the call sent once more."""
+    await load_board(redis_client, "g", {"a": 2, "b": 1})
+    urls = [path("g", "top"), path("g", "players", "a"), path("g", "players", "a", "around"), path("g", "players")]
+    for url in urls:
+        await redis_client.script_flush()
+        assert (await client.get(url, params={"ids": "a,b"} if url.endswith("players") else None)).status_code == 200

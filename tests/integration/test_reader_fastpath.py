@@ -8,9 +8,13 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from hotboard import keys
 from reader_api.app import create_app
+from reader_api.paths import EncodedSlashMiddleware
+from reader_api.routes import PLAYER
+from reader_api.service import Reader
 from reader_api.settings import ApiSettings
 from tests.integration.conftest_reader import asgi_client
 
@@ -34,6 +38,9 @@ async def client(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
         ("/v1/boards/g/top?limit=0", "/v1/boards/g/top?limit=%30"),
         ("/v1/boards/none/top", "/v1/boards/n%6Fne/top"),
         ("/v1/boards/g/players/p-7/around?radius=101", "/v1/boards/g/players/p%2D7/around?radius=101"),
+        # An empty segment is no parameter: 404 from both (the fast path once answered these 422).
+        ("/v1/boards/g/players/", "/v1/boards/%67/players/"),
+        ("/v1/boards//top", "/v1/boards//top?limit=%31"),
     ],
 )
 async def test_both_paths_answer_alike(
@@ -53,3 +60,36 @@ async def test_fast_answers_are_counted_by_route_template(client: httpx.AsyncCli
     assert (
         'hotboard_api_requests_total{method="GET",route="/v1/boards/{board}/players/{player}",status="200"} 1.0' in body
     )
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "code"),
+    [(OSError("connection reset"), 503, "redis_unavailable"), (RedisError("boom"), 503, "redis_error"),
+     (RuntimeError("bug"), 500, "internal_error")],
+)  # fmt: skip
+async def test_a_failing_request_is_answered_once_like_the_app_and_counted(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, fault: Exception, status: int, code: str
+) -> None:
+    calls: list[str] = []
+
+    async def failing(self: Reader, board: str, player: str) -> bytes:
+        calls.append(player)
+        raise fault
+
+    monkeypatch.setattr(Reader, "player", failing)
+    async with asgi_client(create_app(ApiSettings(redis=redis_url)), raise_app_exceptions=False) as client:
+        fast, full = await client.get("/v1/boards/g/players/p-7"), await client.get("/v1/boards/g/players/p%2D7")
+        assert (fast.status_code, fast.json()["error"]) == (full.status_code, full.json()["error"]) == (status, code)
+        assert fast.headers.get("retry-after") == full.headers.get("retry-after")
+        assert calls == ["p-7", "p-7"]  # once per request: the fast path never hands a failed request over
+        body = (await client.get("/metrics")).text
+    sample = f'hotboard_api_requests_total{{method="GET",route="{PLAYER}",status="{status}"}} 2.0'
+    assert sample in body
+
+
+async def test_the_fast_path_stays_outermost(redis_url: str) -> None:
+    app = create_app(ApiSettings(redis=redis_url))
+    app.add_middleware(EncodedSlashMiddleware)  # inserted in front of the fast path
+    with pytest.raises(RuntimeError, match="outermost"):
+        async with asgi_client(app):
+            pass

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from reader_api.fastpath import AROUND, PLAYER, QUERY_KEYS, TOP, match, simple_query
+from reader_api.fastpath import QUERY_KEYS, match, simple_query
+from reader_api.routes import AROUND, PLAYER, TOP
 
 
 @pytest.mark.parametrize(
     ("path", "expected"),
     [
-        ("/v1/boards/global/top", (TOP, ["global"])),
-        ("/v1/boards/global/players/p-1", (PLAYER, ["global", "p-1"])),
-        ("/v1/boards/s:1.x/players/p-1/around", (AROUND, ["s:1.x", "p-1"])),
+        ("/v1/boards/global/top", (TOP, {"board": "global"})),
+        ("/v1/boards/global/players/p-1", (PLAYER, {"board": "global", "player": "p-1"})),
+        ("/v1/boards/s:1.x/players/p-1/around", (AROUND, {"board": "s:1.x", "player": "p-1"})),
+        ("/v1/boards//top", None),  # an empty parameter matches no route of the full app either: its 404
         ("/v1/boards/global/players", None),  # friends list: the full app
         ("/v1/boards/global/players/p-1/around/x", None),
         ("/v1/boards/global/bottom", None),
@@ -21,7 +23,7 @@ from reader_api.fastpath import AROUND, PLAYER, QUERY_KEYS, TOP, match, simple_q
         ("/", None),
     ],
 )
-def test_match(path: str, expected: tuple[str, list[str]] | None) -> None:
+def test_match(path: str, expected: tuple[str, dict[str, str]] | None) -> None:
     assert match(path) == expected
 
 

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+from typing import get_type_hints
+
 import pytest
 
-from reader_api import shaping
+from reader_api import snapshot
 from reader_api.cache import PageCache
 from reader_api.errors import ApiError
+from reader_api.fastpath import QUERY_KEYS
 from reader_api.metrics import UNMATCHED, ApiMetrics, route_template
 from reader_api.openapi import document
 from reader_api.params import ENCODED_SLASH, MAX_IDS, check_board, check_player, ids_param, int_param, parse_ids
 from reader_api.paths import rewrite
-from reader_api.snapshot import Around, Entry, Friends, Header, Page, PlayerView, parse_page, parse_score
+from reader_api.routes import AROUND, ENDPOINTS, PLAYER, ROUTES, TOP
+from reader_api.snapshot import Header, parse_page, parse_score
 
-KNOWN = Header(exists=True, total=3, version=7, as_of=1234)
-UNKNOWN = Header(exists=False, total=0, version=None, as_of=None)
+#: The header every read script's reply starts with: exists, total, meta version, meta as_of.
+KNOWN = [1, 3, b"7", b"1234"]
+UNKNOWN = [0, 0, None, None]
 
 
 def raises(status: int, parameter: str | None = None) -> pytest.RaisesExc[ApiError]:
@@ -68,34 +73,37 @@ def test_every_stored_score_has_an_integer_answer(raw: bytes, score: int) -> Non
 
 
 def test_scores_and_pages() -> None:
-    assert parse_page(10, [b"a", b"5", "b", "-1"]) == [Entry(11, "a", 5), Entry(12, "b", -1)]
+    assert parse_page(10, [b"a", b"5", "b", "-1"]) == [
+        {"rank": 11, "player": "a", "score": 5}, {"rank": 12, "player": "b", "score": -1},
+    ]  # fmt: skip
 
 
 def test_shapes() -> None:
-    page = Page(KNOWN, [Entry(1, "a", 5)])
-    assert shaping.top("g", page) == {
+    header, page = snapshot.top("g", 0, [*KNOWN, [b"a", b"5"]])
+    assert header == Header(exists=True, total=3, version=7, as_of=1234)
+    assert page == {
         "board": "g", "total": 3, "entries": [{"rank": 1, "player": "a", "score": 5}], "as_of": 1234,
     }  # fmt: skip
-    assert shaping.player("g", "a", PlayerView(KNOWN, Entry(2, "a", 1))) == {
+    assert snapshot.player("g", "a", [*KNOWN, 1, b"1"]) == {
         "board": "g", "player": "a", "rank": 2, "score": 1, "total": 3, "as_of": 1234,
     }  # fmt: skip
-    near = shaping.around("g", "a", Around(KNOWN, [Entry(1, "b", 9), Entry(2, "a", 1)]))
+    near = snapshot.around("g", "a", [*KNOWN, 0, [b"b", b"9", b"a", b"1"]])
     assert near["player"] == "a" and [e["rank"] for e in near["entries"]] == [1, 2]
-    friends = shaping.players("g", Friends(KNOWN, [Entry(1, "b", 9)], ["zz"]))
+    friends = snapshot.players("g", ["b", "zz"], [*KNOWN, [0, None], [b"9", None]])
     assert friends["missing"] == ["zz"] and friends["total"] == 3
 
 
 def test_unknown_board_and_player_are_404() -> None:
     with raises(404):
-        shaping.top("g", Page(UNKNOWN, []))
+        snapshot.top("g", 0, [*UNKNOWN, []])
     with raises(404):
-        shaping.player("g", "a", PlayerView(KNOWN, None))
+        snapshot.player("g", "a", KNOWN)
     with raises(404):
-        shaping.around("g", "a", Around(KNOWN, None))
+        snapshot.around("g", "a", KNOWN)
     with raises(404):
-        shaping.players("g", Friends(UNKNOWN, [], ["a"]))
+        snapshot.players("g", ["a"], [*UNKNOWN, [None], [None]])
     # A known but empty board (meta only) answers, with total 0.
-    assert shaping.top("g", Page(Header(True, 0, 1, 5), []))["entries"] == []
+    assert snapshot.top("g", 0, [1, 0, b"1", b"5", []])[1]["entries"] == []
 
 
 def test_integer_parameters() -> None:
@@ -147,3 +155,15 @@ def test_metric_labels_are_bounded() -> None:
     )
     assert sample == 1.0
     assert route_template({"type": "http"}) == UNMATCHED
+
+
+def test_one_route_table_feeds_routing_the_fast_path_and_the_document() -> None:
+    doc = document("t", "1", "d", 8192)
+    assert [route.path for route in ROUTES] == [e.path for e in ENDPOINTS]
+    assert QUERY_KEYS == {TOP: {"limit", "offset"}, PLAYER: set(), AROUND: {"radius"}}
+    for e in ENDPOINTS:
+        if e.doc is not None:
+            names = [p["name"] for p in doc["paths"][e.path]["get"].get("parameters", [])]
+            assert names == [*e.params, *e.query]
+            schema = doc["components"]["schemas"][e.doc.answer.__name__]
+            assert set(get_type_hints(e.doc.answer)) == set(schema["properties"])

@@ -1,0 +1,82 @@
+"""The answers, one type per response body. Handlers build them as plain dicts (what orjson encodes fastest)
+and the OpenAPI document describes them from these same declarations (:func:`reader_api.openapi.schemas`),
+so a body and its schema cannot drift apart. ``Annotated[..., Schema(...)]`` adds JSON-schema keywords."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, NotRequired, TypedDict
+
+from hotboard.keys import MAX_EXACT
+
+
+@dataclass(frozen=True)
+class Schema:
+    """JSON-schema keywords for one field, e.g. ``Schema(minimum=0, description="...")``."""
+
+    keywords: dict[str, Any]
+
+    def __init__(self, **keywords: Any) -> None:
+        object.__setattr__(self, "keywords", keywords)
+
+
+#: Scores are exact integers stored as doubles, exact within ±(2^53 - 1). Beyond that (a total ≥ 2^53, up to
+#: ±inf) a score is no longer exact and answers saturated at these bounds, so every stored score has one
+#: JSON integer answer that any client (a JavaScript number too) holds exactly.
+MAX_SCORE = MAX_EXACT
+Score = Annotated[int, Schema(minimum=-MAX_SCORE, maximum=MAX_SCORE, description="Exact integer total; a stored "
+                  "score beyond ±(2^53 - 1) answers saturated at that bound")]  # fmt: skip
+Rank = Annotated[
+    int, Schema(minimum=1, description="1-based; highest score first, equal scores reverse-lexicographic by id")
+]
+Total = Annotated[int, Schema(minimum=0, description="Players on the board")]
+AsOf = Annotated[int | None, Schema(description="Milliseconds since the epoch of the last window applied to the "
+                 "board; null if never flushed")]  # fmt: skip
+
+
+class Entry(TypedDict):
+    rank: Rank
+    player: str
+    score: Score
+
+
+class TopPage(TypedDict):
+    board: str
+    total: Total
+    entries: list[Entry]
+    as_of: AsOf
+
+
+class PlayerRank(TypedDict):
+    board: str
+    player: str
+    rank: Rank
+    score: Score
+    total: Total
+    as_of: AsOf
+
+
+class Neighbourhood(TypedDict):
+    board: str
+    player: str
+    total: Total
+    entries: Annotated[list[Entry], Schema(description="The player and up to `radius` neighbours each side, by rank")]
+    as_of: AsOf
+
+
+class FriendsList(TypedDict):
+    board: str
+    total: Total
+    entries: Annotated[list[Entry], Schema(description="The players found, sorted by rank")]
+    missing: Annotated[list[str], Schema(description="Ids asked for that are not on the board, in the order asked")]
+    as_of: AsOf
+
+
+class ErrorBody(TypedDict):
+    error: Annotated[str, Schema(description="Machine-readable code, e.g. board_not_found, invalid_parameter")]
+    message: str
+    parameter: NotRequired[Annotated[str, Schema(description="The offending parameter (422 only)")]]
+
+
+class Health(TypedDict):
+    status: str
