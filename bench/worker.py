@@ -690,7 +690,8 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
     worker_writes = sum(r.writes for _, rep in wrun.reports for r in rep.results)
     print(
         f"  minimum: {acc.min_pairs:,} distinct board-player pairs per flush + {acc.min_bookkeeping:,} bookkeeping "
-        f"({BOOKKEEPING_WRITES_PER_BOARD}/board/flush); reports cover every partition end: {acc.covered_ok}; "
+        f"({BOOKKEEPING_WRITES_PER_BOARD} per board batch, {CHECKPOINT_WRITES_PER_PARTITION} per partition checkpoint "
+        f"per flush); reports cover every partition end: {acc.covered_ok}; "
         f"boards per flush match: {acc.boards_match}; worker's own ZINCRBY count {worker_writes:,}"
     )
     for i, (f, r) in enumerate(zip(flushes, rb, strict=True)):
