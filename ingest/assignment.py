@@ -16,11 +16,14 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from flusher.batch import NO_WATERMARK, Sink
 from ingest.metrics import WorkerMetrics
-from ingest.partitions import Halt, HaltReason, PartitionState, Seek, position
+from ingest.partitions import Halt, HaltReason, PartitionState, position
 from ingest.pausing import PauseReason, Pauses
 from ingest.settings import WorkerSettings
 
 log = logging.getLogger("hotboard.worker")
+
+#: How long a position must stay past the log's end before the partition halts (see ``check_log_end``).
+LOG_END_CONFIRM_S = 10.0
 
 
 class Assignment:
@@ -142,13 +145,6 @@ class Assignment:
     ) -> None:
         state = self.parts[p]
         decision = position(checkpoint, committed, start)
-        high = self._consumer.highwater(tp)
-        if isinstance(decision, Seek) and high is not None and decision.offset > high:
-            decision = Halt(
-                HaltReason.BEYOND_LOG_END,
-                f"checkpoint {checkpoint} lies past the log end {high}: the topic was re-created, or the cluster "
-                "rebuilt",
-            )
         if isinstance(decision, Halt):
             self.halt(state, decision, checkpoint=NO_WATERMARK if checkpoint is None else checkpoint)
             return
@@ -219,7 +215,17 @@ class Assignment:
                 continue
             high = self._consumer.highwater(tp)
             polled = self._consumer.last_poll_timestamp(tp)
-            if high is None or polled is None or polled == state.positioned_poll_ms or state.next_offset <= high:
+            if high is None or polled is None or polled == state.positioned_poll_ms:
+                continue
+            if state.next_offset <= high:
+                state.beyond_since = None
+                continue
+            # A new partition leader's high watermark can lag for a moment (rolling broker restarts): only a
+            # position that stays past the end for LOG_END_CONFIRM_S is a log that is not the checkpoint's.
+            now = time.monotonic()
+            if state.beyond_since is None:
+                state.beyond_since = now
+            if now - state.beyond_since < LOG_END_CONFIRM_S:
                 continue
             self.halt(
                 state,

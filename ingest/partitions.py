@@ -78,6 +78,8 @@ class PartitionState:
     recheck_at: float = 0.0
     #: The consumer's last-poll time when positioned: the log end is trusted only from a later fetch.
     positioned_poll_ms: int | None = None
+    #: Since when (monotonic) the position has been seen past the log's end; None while it is not.
+    beyond_since: float | None = None
     #: Records below this offset were folded already (guards against re-delivery after a seek).
     next_offset: int = -1
     #: The checkpoint Redis holds, as this worker last read or wrote it (NO_WATERMARK: none).
@@ -96,6 +98,7 @@ class PartitionState:
         self.watermarks = {}
         self.clear = set()
         self.halted = None
+        self.beyond_since = None
         self.ready = True
 
     def applied(self, board: str, offset: int) -> None:

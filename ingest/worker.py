@@ -333,6 +333,7 @@ class Worker:
         nothing is left to retry."""
         self._pending.seal()
         while True:
+            self._heartbeat = time.monotonic()  # a long catch-up of many sealed windows is progress, not a hang
             if not await self._flush_step():
                 return False
             if not self._pending.sealed:
