@@ -44,25 +44,27 @@ class RedisSink:
 
     async def load_checkpoints(self, partitions: Collection[int]) -> dict[int, int]:
         """partition -> checkpoint, for the partitions that have one."""
-        ordered = list(partitions)
-        if not ordered:
-            return {}
-        values = await self._redis.hmget(keys.checkpoint_key(self._topic), [str(p) for p in ordered])
-        return {p: int(v) for p, v in zip(ordered, values, strict=True) if v is not None}
+        return (await self.load_positions(partitions))[0]
 
-    async def load_halts(self, partitions: Collection[int]) -> dict[int, tuple[str, int]]:
-        """partition -> (reason, checkpoint then) of a halt recorded earlier; it holds while the checkpoint is
-        unchanged (an operator lifts it by writing the checkpoint, or by deleting the ``<p>:halt`` field)."""
+    async def load_positions(self, partitions: Collection[int]) -> tuple[dict[int, int], dict[int, tuple[str, int]]]:
+        """One HMGET: partition -> checkpoint (where there is one), and partition -> (reason, checkpoint then)
+        of a halt recorded earlier. A halt holds while the checkpoint is unchanged (an operator lifts it by
+        writing the checkpoint, or by deleting the ``<p>:halt`` field)."""
         ordered = list(partitions)
         if not ordered:
-            return {}
-        values = await self._redis.hmget(keys.checkpoint_key(self._topic), [f"{p}:halt" for p in ordered])
-        out: dict[int, tuple[str, int]] = {}
-        for p, v in zip(ordered, values, strict=True):
-            if v is not None:
-                reason, _, at = (v.decode() if isinstance(v, bytes) else str(v)).partition(" ")
-                out[p] = (reason, int(at))
-        return out
+            return {}, {}
+        fields = [f for p in ordered for f in (str(p), f"{p}:halt")]
+        values = await self._redis.hmget(keys.checkpoint_key(self._topic), fields)
+        checkpoints: dict[int, int] = {}
+        halts: dict[int, tuple[str, int]] = {}
+        for i, p in enumerate(ordered):
+            checkpoint, halt = values[2 * i], values[2 * i + 1]
+            if checkpoint is not None:
+                checkpoints[p] = int(checkpoint)
+            if halt is not None:
+                reason, _, at = (halt.decode() if isinstance(halt, bytes) else str(halt)).partition(" ")
+                halts[p] = (reason, int(at))
+        return checkpoints, halts
 
     async def record_halt(self, partition: int, reason: str, checkpoint: int) -> None:
         await self._redis.hset(keys.checkpoint_key(self._topic), f"{partition}:halt", f"{reason} {checkpoint}")

@@ -107,8 +107,7 @@ class Assignment:
         tps = self.tps(waiting)
         run_id = await self._sink.server_id()
         await self.record_halts()
-        checkpoints = await self._sink.load_checkpoints(waiting)
-        halts = await self._sink.load_halts(waiting)
+        checkpoints, halts = await self._sink.load_positions(waiting)
         starts = await self._consumer.beginning_offsets(tps)
         committed = {
             p: await self._consumer.committed(tp) for p, tp in zip(waiting, tps, strict=True) if p not in checkpoints

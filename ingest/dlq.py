@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from hotboard.codec import InvalidEvent
+from ingest.lenient_records import header_name_ok
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def build(
     dropped = 0
     for name, data in headers or ():
         size = len(name) + len(data or b"")
-        if not _encodable(name):
+        if not header_name_ok(name):
             dropped += 1  # a header name that is not UTF-8 (what made the record unreadable): cannot be sent
         elif size <= header_budget:
             kept.append((name, data or b""))
@@ -108,14 +109,6 @@ def build(
     if key is None and value is None:
         value = b""  # Kafka refuses a record with neither; the null header says both were null
     return Letter(partition, offset, key, value, kept + own)
-
-
-def _encodable(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class DeadLetters:

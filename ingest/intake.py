@@ -25,8 +25,9 @@ from ingest.errors import TRANSIENT
 from ingest.lenient_records import lenient_fetches, unreadable_header
 from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason
+from ingest.pending import Pending
 from ingest.settings import WorkerSettings
-from ingest.window import Folded, Pending, boards_to_check
+from ingest.window import Folded, boards_to_check, decode_all
 
 log = logging.getLogger("hotboard.worker")
 
@@ -107,13 +108,14 @@ class Intake:
         out: list[Folded] = []
         while i < len(records):
             chunk = records[i : i + step] if i or len(records) > step else records
-            fold = self._pending.active.fold_for(tp.partition, state.next_offset - 1)
+            fold = self._pending.active.fold_for(tp.partition)
             steady = fold.fold_batch(chunk, state.clear, self._decoder)
             out.append(steady)
             state.next_offset = max(state.next_offset, fold.last_offset + 1)
             if steady.consumed < len(chunk):
                 rest = chunk[steady.consumed :]
-                unknown = boards_to_check(rest, state.watermarks, self._decoder)
+                decoded = decode_all(rest, self._decoder)
+                unknown = boards_to_check(decoded, state.watermarks)
                 if unknown:
                     try:
                         marks, checkpoint = await self._sink.load_watermarks(tp.partition, unknown)
@@ -134,8 +136,8 @@ class Intake:
                                     tp.partition, checkpoint, state.checkpoint)  # fmt: skip
                         return out
                     state.watermarks.update(marks)
-                fold = self._pending.active.fold_for(tp.partition, state.next_offset - 1)  # may have been sealed
-                out.append(fold.fold_checked(rest, state.watermarks, state.clear, self._decoder))
+                fold = self._pending.active.fold_for(tp.partition)  # may have been sealed
+                out.append(fold.fold_checked(rest, decoded, state.watermarks, state.clear))
                 state.next_offset = max(state.next_offset, fold.last_offset + 1)
             i += len(chunk)
             if fold.largest_board() >= cap:
@@ -187,7 +189,7 @@ class Intake:
         state = self._assignment.ready_state(tp.partition)
         if state is None or record.offset < state.next_offset:
             return
-        fold = self._pending.active.fold_for(tp.partition, state.next_offset - 1)
+        fold = self._pending.active.fold_for(tp.partition)
         reason = InvalidEvent(Reason.UNREADABLE, f"header name is not UTF-8 (hex {header_hex[:64]})")
         fold.dead.append((record, reason))
         fold.last_offset = record.offset

@@ -67,11 +67,18 @@ def lenient_fetches() -> Iterator[None]:
         fetcher.MemoryRecords = original
 
 
+def header_name_ok(name: str) -> bool:
+    """False for a header name read leniently from bytes that are not UTF-8 (it cannot be sent again)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def unreadable_header(record: Any) -> str | None:
     """The first header name of ``record`` that is not valid UTF-8, escaped; None when all are."""
     for name, _ in record.headers or ():
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError:
+        if not header_name_ok(name):
             return str(name.encode("utf-8", "surrogateescape").hex())
     return None

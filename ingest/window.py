@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from flusher.batch import MAX_EXACT, BoardBatch
-from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoder, InvalidEvent
+from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoder, Fields, InvalidEvent
 from hotboard.keys import DEFAULT_BOARD, PLAYER_MAX_CHARS
 
 #: (the consumed record, why it is invalid). Kept in the window like a delta until its flush.
@@ -47,8 +47,6 @@ class PartitionFold:
 
     #: board -> player -> summed delta; missing keys read as 0, so the hot loop is one ``+=``.
     boards: defaultdict[str, defaultdict[str, int]] = field(default_factory=lambda: defaultdict(_player_deltas))
-    #: Offset the fold starts after (the previous window's end, or the position minus one).
-    first_offset: int = -1
     #: Last offset folded (valid, invalid or skipped alike); -1 when nothing was folded yet.
     last_offset: int = -1
     entries: int = 0
@@ -110,21 +108,27 @@ class PartitionFold:
                     if board not in clear:
                         break  # its watermark decides: the caller looks it up
                 boards[board][player] += delta
-                if first_ts is None:
-                    first_ts = ts
                 last_ts = ts
                 done += 1
         finally:
             invalid = len(dead) - dead_before
+            # the first folded event's time, found after the loop (one decode per call, not a test per event)
+            if done > invalid:
+                first_ts = _first_ts(records, done, decoder)
             self._settle(records, done, invalid, before, first_ts, last_ts)
         return Folded(done, done - invalid, invalid, 0)
 
     def fold_checked(
-        self, records: Sequence[Any], watermarks: dict[str, int], clear: set[str], decoder: Decoder
+        self,
+        records: Sequence[Any],
+        decoded: Sequence[Decoded],
+        watermarks: dict[str, int],
+        clear: set[str],
     ) -> Folded:
-        """Fold records checking each event against its board's watermark (every valid board in ``records``
-        must be in ``watermarks``); an event at or below it was applied already and is skipped. A board whose
-        watermark lies behind moves to ``clear``."""
+        """Fold records checking each event against its board's watermark (``decoded`` holds each record's
+        fields or why it is invalid, see :func:`decode_all`; every valid board must be in ``watermarks``); an
+        event at or below it was applied already and is skipped. A board whose watermark lies behind moves to
+        ``clear``."""
         boards = self.boards
         dead = self.dead
         dead_before = len(dead)
@@ -133,13 +137,12 @@ class PartitionFold:
         first_ts = last_ts = None
         done = 0
         try:
-            for record in records:
+            for record, fields in zip(records, decoded, strict=True):
                 done += 1
-                try:
-                    board, player, delta, ts = decoder.fields(record.value)
-                except InvalidEvent as exc:
-                    dead.append((record, exc))
+                if isinstance(fields, InvalidEvent):
+                    dead.append((record, fields))
                     continue
+                board, player, delta, ts = fields
                 if board not in clear:
                     if record.offset <= watermarks[board]:
                         duplicates += 1
@@ -183,17 +186,34 @@ class PartitionFold:
         return max(map(len, self.boards.values()), default=0)
 
 
-def boards_to_check(records: Iterable[Any], known: Collection[str], decoder: Decoder) -> set[str]:
-    """Valid boards in ``records`` whose watermark this partition has not looked up yet."""
-    found: set[str] = set()
-    for record in records:
+def _first_ts(records: Sequence[Any], done: int, decoder: Decoder) -> int | None:
+    """The event time of the first valid record among ``records[:done]``."""
+    for i in range(done):
         try:
-            board = decoder.fields(record.value)[0]
+            return decoder.fields(records[i].value)[3]
         except InvalidEvent:
             continue
-        if board not in known:
-            found.add(board)
-    return found
+    return None
+
+
+#: One record's fields, or why it is invalid.
+Decoded = Fields | InvalidEvent
+
+
+def decode_all(records: Iterable[Any], decoder: Decoder) -> list[Decoded]:
+    """Every record through the codec once: the checked fold and the watermark lookup share the result."""
+    out: list[Decoded] = []
+    for record in records:
+        try:
+            out.append(decoder.fields(record.value))
+        except InvalidEvent as exc:
+            out.append(exc)
+    return out
+
+
+def boards_to_check(decoded: Iterable[Decoded], known: Collection[str]) -> set[str]:
+    """Valid boards in ``decoded`` whose watermark this partition has not looked up yet."""
+    return {f[0] for f in decoded if type(f) is tuple and f[0] not in known}
 
 
 @dataclass(slots=True)
@@ -202,11 +222,10 @@ class Window:
 
     parts: dict[int, PartitionFold] = field(default_factory=dict)
 
-    def fold_for(self, partition: int, start_after: int) -> PartitionFold:
-        """The partition's fold; ``start_after`` is the offset a new fold starts after."""
+    def fold_for(self, partition: int) -> PartitionFold:
         fold = self.parts.get(partition)
         if fold is None:
-            fold = self.parts[partition] = PartitionFold(first_offset=start_after)
+            fold = self.parts[partition] = PartitionFold()
         return fold
 
     @property
@@ -276,31 +295,3 @@ class Window:
                 saturated += sum(1 for p, d in held.items() if d != batch.deltas[p])
                 batch.deltas = held
         return out, saturated
-
-
-@dataclass(slots=True)
-class Pending:
-    """Everything folded and not yet flushed: the active window and the sealed ones, oldest first (the first
-    is retried as is after a failed flush)."""
-
-    active: Window = field(default_factory=Window)
-    sealed: list[Window] = field(default_factory=list)
-
-    @property
-    def entries(self) -> int:
-        return self.active.entries + sum(w.entries for w in self.sealed)
-
-    def seal(self) -> None:
-        if not self.active.is_empty():
-            self.sealed.append(self.active)
-            self.active = Window()
-
-    def drop(self, partitions: Iterable[int]) -> None:
-        gone = set(partitions)
-        for window in (self.active, *self.sealed):
-            window.drop(gone)
-        self.sealed = [w for w in self.sealed if w.parts]
-
-    def clear(self) -> None:
-        self.active = Window()
-        self.sealed = []

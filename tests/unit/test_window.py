@@ -12,7 +12,7 @@ import pytest
 
 from flusher.batch import MAX_EXACT, BoardBatch
 from hotboard.codec import Decoder, InvalidEvent
-from ingest.window import PartitionFold, Window, boards_to_check
+from ingest.window import PartitionFold, Window, boards_to_check, decode_all
 
 
 def _rec(offset: int, board: str, player: str, delta: int) -> SimpleNamespace:
@@ -20,7 +20,7 @@ def _rec(offset: int, board: str, player: str, delta: int) -> SimpleNamespace:
 
 
 def _fold(window: Window, partition: int, offset: int, board: str, player: str, delta: int) -> None:
-    fold = window.fold_for(partition, -1)
+    fold = window.fold_for(partition)
     done = fold.fold_batch([_rec(offset, board, player, delta)], {board}, Decoder())
     assert done.consumed == 1
 
@@ -71,7 +71,7 @@ def test_batches_stay_within_max_players_without_splitting_a_partition() -> None
 
 def test_a_window_sum_beyond_2_53_is_held_at_the_exact_range() -> None:
     w = Window()
-    fold = w.fold_for(0, -1)
+    fold = w.fold_for(0)
     records = [_rec(i, "g", "whale", MAX_EXACT) for i in range(3)] + [_rec(3, "g", "minnow", -MAX_EXACT)]
     fold.fold_batch(records, {"g"}, Decoder())
     [batch], saturated = w.batches(10_000)
@@ -104,7 +104,7 @@ def test_drop_forgets_only_the_revoked_partitions() -> None:
 def test_empty_window_and_timestamps() -> None:
     w = Window()
     assert w.is_empty() and w.batches(10) == ([], 0) and w.entries == 0
-    fold = w.fold_for(0, -1)
+    fold = w.fold_for(0)
     assert w.is_empty()  # a fold with nothing in it is still empty
     fold.note_ts(5)
     fold.note_ts(3)
@@ -140,7 +140,7 @@ def test_checked_fold_skips_what_a_board_applied_and_then_clears_it(
     clear = {"g"}
     watermarks = {"new": watermark}
     records = [_rec(10, "g", "x", 1), _rec(11, "new", "a", 2), _rec(12, "new", "a", 5), _rec(13, "g", "x", 1)]
-    done = fold.fold_checked(records, watermarks, clear, Decoder())
+    done = fold.fold_checked(records, decode_all(records, Decoder()), watermarks, clear)
     assert done.duplicate == duplicates and done.applied == 4 - duplicates and done.consumed == 4
     assert dict(fold.boards.get("new", {})) == expected_new and fold.boards["g"] == {"x": 2}
     assert ("new" in clear) == (watermark < 12)
@@ -149,7 +149,7 @@ def test_checked_fold_skips_what_a_board_applied_and_then_clears_it(
 
 def test_boards_to_check_lists_valid_unknown_boards_only() -> None:
     records = [_rec(0, "g", "a", 1), _rec(1, "s", "a", 1), SimpleNamespace(offset=2, value=None)]
-    assert boards_to_check(records, {"g": 3}, Decoder()) == {"s"}
+    assert boards_to_check(decode_all(records, Decoder()), {"g": 3}) == {"s"}
 
 
 def test_an_unexpected_error_leaves_no_delta_past_the_last_offset() -> None:
