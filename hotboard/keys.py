@@ -13,6 +13,9 @@ PREFIX = "hb"
 #: Set of every board name a worker has ever flushed; lets a worker find the watermarks of a partition
 #: without scanning the keyspace.
 BOARDS_KEY = f"{PREFIX}:boards"
+#: Every board flushed or declared, as a sorted set of names (all scores 0): ``GET /v1/boards`` pages it by
+#: name with ZRANGEBYLEX, never one reply with every board.
+BOARD_INDEX_KEY = f"{PREFIX}:board-index"
 
 #: Fields of ``hb:{B}:meta``.
 META_VERSION = "version"
@@ -42,6 +45,31 @@ def applied_key(board: str) -> str:
 def meta_key(board: str) -> str:
     """Hash with ``version`` (bumped once per applied window) and ``as_of`` (ms time of that flush)."""
     return f"{PREFIX}:{{{board}}}:meta"
+
+
+def def_key(board: str) -> str:
+    """Hash: the board's definition (``order``, ``operator``, ``ties``, ``spec``, ``created``); absent = default."""
+    return f"{PREFIX}:{{{board}}}:def"
+
+
+def player_meta_key(board: str) -> str:
+    """Hash player -> display metadata (a JSON object of at most 512 bytes), last write wins."""
+    return f"{PREFIX}:{{{board}}}:pmeta"
+
+
+def members_key(board: str) -> str:
+    """``earliest`` boards only: hash player -> its member in the sorted set (tie time + player id)."""
+    return f"{PREFIX}:{{{board}}}:members"
+
+
+def dense_key(board: str) -> str:
+    """``dense`` boards only: sorted set of the distinct stored scores (member = the score as an integer)."""
+    return f"{PREFIX}:{{{board}}}:dense"
+
+
+def counts_key(board: str) -> str:
+    """``dense`` boards only: hash score -> how many players hold it."""
+    return f"{PREFIX}:{{{board}}}:counts"
 
 
 def checkpoint_key(topic: str) -> str:

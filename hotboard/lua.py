@@ -174,3 +174,23 @@ class Script:
             for i, reply in zip(again, await send(again), strict=True):
                 replies[i] = reply
         return replies
+
+
+# --- board definitions (hotboard.board_store)
+
+#: Declare a board. KEYS: def hash, board zset, meta hash, board index. ARGV: spec, order, operator, ties,
+#: created ms, default spec, board name. A board is "written" once its sorted set or meta hash exists (a
+#: window was applied): from then on its definition (declared, or the default when undeclared) cannot change.
+#: Returns {'created'|'unchanged'|'replaced', stored spec} or {'refused', stored spec}.
+DEFINE = """
+local stored = redis.call('HGET', KEYS[1], 'spec')
+local current = stored or ARGV[6]
+if stored == ARGV[1] then return {'unchanged', stored} end
+local written = redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1
+if written and current ~= ARGV[1] then return {'refused', current} end
+redis.call('HSET', KEYS[1], 'spec', ARGV[1], 'order', ARGV[2], 'operator', ARGV[3], 'ties', ARGV[4],
+           'created', ARGV[5])
+redis.call('ZADD', KEYS[4], 0, ARGV[7])
+if stored then return {'replaced', stored} end
+return {'created', current}
+"""

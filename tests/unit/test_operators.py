@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hotboard.keys import MAX_EXACT
-from ingest.operators import (
+from hotboard.operators import (
     HOLD,
     IDENTITY,
     OPERATORS,

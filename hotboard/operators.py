@@ -22,14 +22,12 @@ An incr-only board keeps its ``+=`` sum per player (the fast path): :func:`summe
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
+from hotboard.boards import OPERATORS, ORDERS, Operator, Order
 from hotboard.keys import MAX_EXACT
 
-Operator = Literal["incr", "decr", "set", "best"]
-Order = Literal["desc", "asc"]
-OPERATORS: tuple[Operator, ...] = ("incr", "decr", "set", "best")
-ORDERS: tuple[Order, ...] = ("desc", "asc")
+__all__ = ["OPERATORS", "ORDERS", "Folded", "Op", "Operator", "Order", "event", "fold", "result", "script_args"]
 
 
 class Op(NamedTuple):
