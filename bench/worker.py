@@ -81,7 +81,7 @@ class Preload:
     def totals(self) -> dict[str, dict[str, int]]:
         out: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
         for e in self.events:
-            out[e.board][e.player] += e.delta
+            out[e.board][e.player] += e.delta or 0
         return {b: dict(d) for b, d in out.items()}
 
 
@@ -381,7 +381,7 @@ def minimum_writes(pre: Preload, reports: list[tuple[float, FlushReport]]) -> Ac
         for p, last in report.offsets.items():
             for i in pre.by_partition[p][prev[p] + 1 : last + 1]:
                 e = events[i]
-                pairs[e.board, e.player] += e.delta
+                pairs[e.board, e.player] += e.delta or 0
             prev[p] = last
         zero_noops += sum(1 for pair, net in pairs.items() if net == 0 and pair in existing)
         existing.update(pairs)

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from hotboard.boards import DEFAULT, BoardDef
+from hotboard.earliest import Step
 from hotboard.keys import MAX_EXACT
+from hotboard.operators import Folded
 
 #: Watermark value meaning "this partition never fed this board" (and checkpoint value "none yet").
 NO_WATERMARK = -1
@@ -26,18 +29,34 @@ __all__ = ["MAX_EXACT", "NO_WATERMARK", "BoardBatch", "BoardResult", "Checkpoint
 
 @dataclass(slots=True)
 class BoardBatch:
-    """What one board receives in one atomic, fenced step: summed deltas and the new watermark per partition."""
+    """What one board receives in one atomic, fenced step: its players' window (one of three forms) and the new
+    watermark per partition."""
 
     board: str
+    #: player -> summed delta (incr-only windows).
     deltas: dict[str, int]
     #: partition -> last offset of that partition covered by this batch.
     offsets: dict[int, int]
+    #: The definition the window was folded under: the script refuses the batch if the board's differs.
+    definition: BoardDef = DEFAULT
+    #: player -> folded clamp, when the window has other operators (then ``deltas`` is empty).
+    states: dict[str, Folded] | None = None
+    #: player -> steps to replay, on ``earliest`` boards (then ``deltas`` is empty).
+    steps: dict[str, list[Step]] | None = None
+    #: player -> display metadata (compact JSON), last write wins.
+    metas: dict[str, bytes] | None = None
+
+    @property
+    def players(self) -> int:
+        return len(self.deltas) + len(self.states or ()) + len(self.steps or ())
 
 
 class Outcome(StrEnum):
     APPLIED = "applied"
     ALREADY_APPLIED = "already_applied"
     FENCED = "fenced"
+    #: The board's definition is not the one the window was folded under (declared while we folded).
+    REDEFINED = "redefined"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +102,8 @@ class Sink(Protocol):
     async def clear_halt(self, partition: int) -> None: ...
 
     async def load_watermarks(self, partition: int, boards: Collection[str]) -> tuple[dict[str, int], int]: ...
+
+    async def load_definitions(self, boards: Collection[str]) -> dict[str, BoardDef]: ...
 
     async def flush(self, batches: Sequence[BoardBatch], expected: ExpectedWatermark) -> list[BoardResult]: ...
 

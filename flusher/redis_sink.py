@@ -16,14 +16,16 @@ from typing import Any
 
 from hiredis import pack_command
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, CheckpointResult, ExpectedWatermark, Outcome
-from hotboard import keys, lua
+from hotboard import board_store, earliest, keys, lua, operators
+from hotboard.boards import BoardDef
 
 log = logging.getLogger(__name__)
 
 _FLUSH = lua.Script(lua.FLUSH)
+_APPLY = lua.Script(lua.APPLY)
 
 
 class RedisSink:
@@ -87,12 +89,16 @@ class RedisSink:
         marks = {b: NO_WATERMARK if v is None else int(v) for b, v in zip(ordered, rows, strict=True)}
         return marks, NO_WATERMARK if checkpoint is None else int(checkpoint)
 
+    async def load_definitions(self, boards: Collection[str]) -> dict[str, BoardDef]:
+        """board -> its definition (the default when undeclared), one round trip."""
+        return await board_store.load(self._redis, list(boards))
+
     async def register_boards(self, boards: Iterable[str]) -> None:
-        """Add new boards to the registry (``hb:boards``) before their first flush: it lists boards to readers
+        """Add new boards to the registry (``hb:board-index``) before their first flush: it lists boards to readers
         and operators. Idempotent, so a registry lost with a Redis restart is rebuilt by later flushes."""
         new = {b for b in boards if b not in self._registered}
         if new:
-            await self._redis.sadd(keys.BOARDS_KEY, *new)
+            await self._redis.zadd(keys.BOARD_INDEX_KEY, dict.fromkeys(new, 0))
             self._registered.update(new)
 
     def forget_registry(self) -> None:
@@ -109,7 +115,13 @@ class RedisSink:
             return await self._send([self._command(batches[i], expected) for i in indices])
 
         # A NOSCRIPT reply (Redis restarted and forgot the script) applied nothing: just those are resent.
-        replies = await _FLUSH.many(self._redis, send, len(batches))
+        replies = await send(range(len(batches)))
+        again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if again:
+            for script in (_FLUSH, _APPLY):
+                await self._redis.script_load(script.text)
+            for i, reply in zip(again, await send(again), strict=True):
+                replies[i] = reply
         return [self._result(batch, reply) for batch, reply in zip(batches, replies, strict=True)]
 
     async def advance_checkpoints(self, moves: dict[int, tuple[int, int]]) -> list[CheckpointResult]:
@@ -124,11 +136,38 @@ class RedisSink:
 
     def _command(self, batch: BoardBatch, expected: ExpectedWatermark) -> list[Any]:
         board = batch.board
-        board_keys = [keys.board_key(board), keys.applied_key(board), keys.meta_key(board)]
-        args = _FLUSH.command(board_keys, [len(batch.offsets)])
+        definition = batch.definition
+        fence: list[Any] = [len(batch.offsets)]
         for partition, offset in batch.offsets.items():
-            args += (self.field(partition), expected(board, partition), offset)
-        args.extend(chain.from_iterable(batch.deltas.items()))
+            fence += (self.field(partition), expected(board, partition), offset)
+        fence.append(definition.spec)
+        plain = batch.states is None and batch.steps is None and not batch.metas
+        if plain and definition.ties in ("shared", "lexical"):
+            args = _FLUSH.command([*_board_keys(board)[:4]], fence)
+            args.extend(chain.from_iterable(batch.deltas.items()))
+            return args
+        players: list[Any] = []
+        if batch.steps is not None:
+            mode = "steps"
+            for player, steps in batch.steps.items():
+                players += (player, len(steps))
+                for op, amount, ts in steps:
+                    players += (op, amount, earliest.tie_text(ts))
+        elif batch.states is not None:
+            mode = "clamp"
+            for player, state in batch.states.items():
+                players.append(player)
+                players.extend(operators.script_args(state))
+        else:
+            mode = "sum"
+            players.extend(chain.from_iterable(batch.deltas.items()))
+        dense = "1" if definition.ties == "dense" else "0"
+        args = _APPLY.command(
+            _board_keys(board), [*fence, mode, definition.order, dense, definition.sign, len(players)]
+        )
+        args += players
+        if batch.metas:
+            args.extend(chain.from_iterable(batch.metas.items()))
         return args
 
     async def _send(self, commands: list[list[Any]]) -> list[Any]:
@@ -160,13 +199,23 @@ class RedisSink:
             raise reply
         status = int(reply[0])
         if status == 0:
-            return BoardResult(batch.board, Outcome.APPLIED, len(batch.deltas), int(reply[1]), int(reply[2]))
+            return BoardResult(batch.board, Outcome.APPLIED, batch.players, int(reply[1]), int(reply[2]))
         if status == 1:
             return BoardResult(batch.board, Outcome.ALREADY_APPLIED, 0)
         if status == -1:
             current = {p: int(v) for p, v in zip(batch.offsets, reply[1:], strict=True)}
             return BoardResult(batch.board, Outcome.FENCED, 0, current=current)
+        if status == -2:
+            return BoardResult(batch.board, Outcome.REDEFINED, 0)
         raise ResponseError(f"unexpected flush script reply {reply!r}")
+
+
+def _board_keys(board: str) -> list[str]:
+    """KEYS of the flush scripts, in their order (FLUSH takes the first four)."""
+    return [
+        *(keys.board_key(board), keys.applied_key(board), keys.meta_key(board), keys.def_key(board)),
+        *(keys.player_meta_key(board), keys.members_key(board), keys.dense_key(board), keys.counts_key(board)),
+    ]
 
 
 __all__ = ["NO_WATERMARK", "RedisSink"]

@@ -6,18 +6,23 @@ already validated; everything else is a handful of type checks after one orjson 
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 
-from hotboard.keys import DEFAULT_BOARD, is_valid_board, is_valid_player
+from hotboard.keys import DEFAULT_BOARD, MAX_EXACT, is_valid_board, is_valid_player
 
 MAX_VALUE_BYTES = 64 * 1024
-MAX_ABS_DELTA = 2**53 - 1
-#: The only operator today. ``op`` is reserved in the contract: ``set``/``best`` arrive in a later issue,
-#: and until then a record asking for one is rejected rather than silently summed.
+#: Largest magnitude of a delta, a score and an event time: a Redis score (and a Lua number) is an IEEE double,
+#: exact for every integer only up to 2^53. Beyond it an event is dead-lettered as ``out_of_range``.
+MAX_ABS_DELTA = MAX_EXACT
+#: Largest ``meta`` object, encoded (compact JSON).
+MAX_META_BYTES = 512
 OP_INCR = "incr"
+#: operator -> the field carrying its amount.
+AMOUNT_FIELD = {"incr": "delta", "decr": "delta", "set": "score", "best": "score"}
 
 
 class Reason(StrEnum):
@@ -31,6 +36,8 @@ class Reason(StrEnum):
     BAD_TYPE = "bad_type"
     BAD_VALUE = "bad_value"
     UNSUPPORTED_OP = "unsupported_op"
+    #: A delta, score or event time beyond +-(2^53 - 1), which no stored score holds exactly.
+    OUT_OF_RANGE = "out_of_range"
     #: The client could not parse the record itself (e.g. a header name that is not UTF-8); or validation met
     #: something it did not expect. The record is dead-lettered with what could be read of it.
     UNREADABLE = "unreadable"
@@ -46,12 +53,20 @@ class InvalidEvent(ValueError):
 class Event(NamedTuple):
     board: str
     player: str
-    delta: int
+    #: incr/decr amount; None on set/best events (they carry ``score``).
+    delta: int | None
     ts_ms: int | None
+    #: The operator asked for; None: the board's own.
+    op: str | None = None
+    score: int | None = None
+    #: Display metadata, compact JSON of an object (at most MAX_META_BYTES).
+    meta: bytes | None = None
 
 
-#: The decoded fields of one event, as the hot path uses them: (board, player, delta, ts_ms).
-Fields = tuple[str, str, int, int | None]
+#: The decoded fields of one event, as the fold uses them: (board, player, op, delta, score, ts_ms, meta).
+Fields = tuple[str, str, str | None, int | None, int | None, int | None, bytes | None]
+#: Index of ``ts_ms`` in :data:`Fields`.
+TS: Final = 5
 
 
 class Decoder:
@@ -67,7 +82,7 @@ class Decoder:
         self._max_known = max_known_boards
 
     def fields(self, value: bytes | None) -> Fields:
-        """``(board, player, delta, ts_ms)`` of a valid event; raises :class:`InvalidEvent`, and nothing else."""
+        """The :data:`Fields` of a valid event; raises :class:`InvalidEvent`, and nothing else."""
         try:
             return self._fields(value)
         except InvalidEvent:
@@ -82,19 +97,41 @@ class Decoder:
             obj = orjson.loads(value)
         except orjson.JSONDecodeError as exc:
             raise _reject_raw(value, exc) from None
-        board, player, delta, ts = _validate(obj)
+        fields = _validate(obj)
+        board = fields[0]
         if board not in self.known_boards and len(self.known_boards) < self._max_known:
             self.known_boards.add(board)
-        return board, player, delta, ts
+        return fields
 
     def decode(self, value: bytes | None) -> Event:
         """Parse and validate one record value; raises :class:`InvalidEvent` with a readable reason."""
-        return Event(*self.fields(value))
+        board, player, op, delta, score, ts, meta = self.fields(value)
+        return Event(board, player, delta, ts, op, score, meta)
 
 
 def decode(value: bytes | None) -> Event:
     """One-off decode without the board cache (tests, tools)."""
     return Decoder().decode(value)
+
+
+#: One record's fields, or why it is invalid.
+Decoded = Fields | InvalidEvent
+
+
+def decode_all(records: Iterable[Any], decoder: Decoder) -> list[Decoded]:
+    """Every record through the codec once: the checked fold and the watermark lookup share the result."""
+    out: list[Decoded] = []
+    for record in records:
+        try:
+            out.append(decoder.fields(record.value))
+        except InvalidEvent as exc:
+            out.append(exc)
+    return out
+
+
+def boards_to_check(decoded: Iterable[Decoded], known: Collection[str]) -> set[str]:
+    """Valid boards in ``decoded`` whose watermark this partition has not looked up yet."""
+    return {f[0] for f in decoded if type(f) is tuple and f[0] not in known}
 
 
 def _reject_raw(value: bytes | None, exc: Exception | None = None) -> InvalidEvent:
@@ -114,9 +151,9 @@ def _validate(obj: object) -> Fields:
     if type(obj) is not dict:
         raise InvalidEvent(Reason.NOT_OBJECT, f"value must be a JSON object, got {type(obj).__name__}")
 
-    op = obj.get("op", OP_INCR)
-    if op != OP_INCR:
-        raise InvalidEvent(Reason.UNSUPPORTED_OP, f"op {_describe(op)} is not supported (only 'incr')")
+    op = obj.get("op")
+    if op is not None and (type(op) is not str or op not in AMOUNT_FIELD):
+        raise InvalidEvent(Reason.UNSUPPORTED_OP, f"op {_describe(op)} is not one of {', '.join(AMOUNT_FIELD)}")
 
     board = obj.get("board", DEFAULT_BOARD)
     if type(board) is not str:
@@ -132,18 +169,53 @@ def _validate(obj: object) -> Fields:
     if not is_valid_player(player):
         raise InvalidEvent(Reason.BAD_VALUE, "player must be 1-128 characters without control characters")
 
-    delta = obj.get("delta")
-    if delta is None:
-        raise InvalidEvent(Reason.MISSING_FIELD, "delta is required")
-    if type(delta) is not int:
-        raise InvalidEvent(Reason.BAD_TYPE, f"delta must be an integer, got {type(delta).__name__}")
-    if not -MAX_ABS_DELTA <= delta <= MAX_ABS_DELTA:
-        raise InvalidEvent(Reason.BAD_VALUE, "|delta| must be at most 2^53-1")
+    delta, score = _integer(obj, "delta"), _integer(obj, "score")
+    if op is not None:
+        resolve(op, delta, score)  # the amount its own op needs; the board's operator is checked at fold time
+    elif delta is None and score is None:
+        raise InvalidEvent(Reason.MISSING_FIELD, "delta (incr, decr) or score (set, best) is required")
 
     ts = obj.get("ts")
-    if ts is not None and (type(ts) is not int or ts < 0):
-        raise InvalidEvent(Reason.BAD_TYPE, "ts must be a non-negative integer (ms since the epoch)")
-    return board, player, delta, ts
+    if ts is not None:
+        if type(ts) is not int or ts < 0:
+            raise InvalidEvent(Reason.BAD_TYPE, "ts must be a non-negative integer (ms since the epoch)")
+        if ts > MAX_EXACT:
+            raise InvalidEvent(Reason.OUT_OF_RANGE, "ts must be at most 2^53-1 ms")
+    return board, player, op, delta, score, ts, _meta(obj.get("meta"))
+
+
+def _integer(obj: dict[str, object], name: str) -> int | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if type(value) is not int:
+        raise InvalidEvent(Reason.BAD_TYPE, f"{name} must be an integer, got {type(value).__name__}")
+    if not -MAX_ABS_DELTA <= value <= MAX_ABS_DELTA:
+        raise InvalidEvent(Reason.OUT_OF_RANGE, f"|{name}| must be at most 2^53-1 (exact in a Redis score)")
+    return value
+
+
+def _meta(meta: object) -> bytes | None:
+    if meta is None:
+        return None
+    if type(meta) is not dict:
+        raise InvalidEvent(Reason.BAD_TYPE, f"meta must be a JSON object, got {type(meta).__name__}")
+    encoded = orjson.dumps(meta)
+    if len(encoded) > MAX_META_BYTES:
+        raise InvalidEvent(Reason.TOO_LARGE, f"meta is {len(encoded)} bytes encoded, limit {MAX_META_BYTES}")
+    return encoded
+
+
+def resolve(operator: str, delta: int | None, score: int | None) -> int:
+    """The amount ``operator`` applies (its field, checked); raises InvalidEvent when it is missing or, for a
+    decr, negative. Called with the event's own op, or the board's operator when the event has none."""
+    field = AMOUNT_FIELD[operator]
+    amount = delta if field == "delta" else score
+    if amount is None:
+        raise InvalidEvent(Reason.MISSING_FIELD, f"{field} is required for {operator}")
+    if operator == "decr" and amount < 0:
+        raise InvalidEvent(Reason.BAD_VALUE, f"decr takes a delta >= 0, got {amount}")
+    return amount
 
 
 def _describe(value: object) -> str:
@@ -158,7 +230,15 @@ def _describe(value: object) -> str:
 
 def encode(event: Event) -> bytes:
     """The producer side of the contract (load generator, tests)."""
-    body: dict[str, object] = {"board": event.board, "player": event.player, "delta": event.delta}
+    body: dict[str, object] = {"board": event.board, "player": event.player}
+    if event.delta is not None:
+        body["delta"] = event.delta
     if event.ts_ms is not None:
         body["ts"] = event.ts_ms
+    if event.op is not None:
+        body["op"] = event.op
+    if event.score is not None:
+        body["score"] = event.score
+    if event.meta is not None:
+        body["meta"] = orjson.Fragment(event.meta)
     return orjson.dumps(body)

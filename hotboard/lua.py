@@ -13,15 +13,15 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from hotboard.boards import DEFAULT
 from hotboard.keys import MAX_EXACT, META_AS_OF, META_VERSION
 
-#: One board's share of one window: compare-and-set on the board's watermarks, then the deltas, the new
-#: watermarks and the meta bump. KEYS: board zset, applied hash, meta hash. ARGV: n, then n triples (field,
-#: expected watermark, new watermark), then player/delta pairs.
-#: Returns {0, version, saturated} applied; {1} this exact step was applied already (a retry after a lost
-#: reply); {-1, current...} fenced: someone else moved a watermark (a new owner, or Redis lost writes).
-#: Totals are held at +-MAX_EXACT: beyond 2^53 a double no longer holds every integer.
-FLUSH = f"""
+#: The fence every flush script starts with: compare-and-set on the board's watermarks, then the definition
+#: check. KEYS[2] applied hash, KEYS[4] definition hash. ARGV: n, then n triples (field, expected watermark, new
+#: watermark), then the spec the window was folded under. Returns early with {1} when this exact step was applied
+#: already (a retry after a lost reply); {-1, current...} when fenced (someone else moved a watermark: a new
+#: owner, or Redis lost writes); {-2, spec} when the board's definition is not the one the worker folded with.
+_FENCE = f"""
 local n = tonumber(ARGV[1])
 local fenced = false
 local already = true
@@ -37,19 +37,15 @@ if fenced then
   table.insert(current, 1, -1)
   return current
 end
+local spec = redis.call('HGET', KEYS[4], 'spec') or '{DEFAULT.spec}'
+if spec ~= ARGV[2 + 3 * n] then return {{-2, spec}} end
 local board = KEYS[1]
 local max = {MAX_EXACT}
 local saturated = 0
-for i = 2 + 3 * n, #ARGV, 2 do
-  local total = tonumber(redis.call('ZINCRBY', board, ARGV[i + 1], ARGV[i]))
-  if total > max then
-    redis.call('ZADD', board, max, ARGV[i])
-    saturated = saturated + 1
-  elseif total < -max then
-    redis.call('ZADD', board, -max, ARGV[i])
-    saturated = saturated + 1
-  end
-end
+"""
+
+#: The end of every flush script: the new watermarks and the meta bump. Returns {0, version, saturated}.
+_COMMIT = f"""
 local marks = {{}}
 for i = 0, n - 1 do
   marks[2 * i + 1] = ARGV[2 + 3 * i]
@@ -61,6 +57,127 @@ local t = redis.call('TIME')
 redis.call('HSET', KEYS[3], '{META_AS_OF}', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 return {{0, version, saturated}}
 """
+
+#: One board's share of one window of ``incr`` events on a board without aux structures (ties shared or
+#: lexical, no meta): the fence, then one ZINCRBY per player. KEYS: board zset, applied hash, meta hash,
+#: definition hash. ARGV: the fence's, then player/delta pairs. Totals are held at +-MAX_EXACT: beyond 2^53 a
+#: double no longer holds every integer.
+FLUSH = (
+    _FENCE
+    + """
+for i = 3 + 3 * n, #ARGV, 2 do
+  local total = tonumber(redis.call('ZINCRBY', board, ARGV[i + 1], ARGV[i]))
+  if total > max then
+    redis.call('ZADD', board, max, ARGV[i])
+    saturated = saturated + 1
+  elseif total < -max then
+    redis.call('ZADD', board, -max, ARGV[i])
+    saturated = saturated + 1
+  end
+end
+"""
+    + _COMMIT
+)
+
+#: Every other window: the fence, then each player's new score from its old one, by ``mode``:
+#: ``sum`` (player, delta), ``clamp`` (player, d1, d2, lo, hi, absent: see hotboard.operators.script_args) or
+#: ``steps`` (player, k, then k triples operator, amount, 16-digit time: replayed as hotboard.earliest.replay);
+#: then the aux structures of dense and earliest boards, and the players' meta. KEYS: board zset, applied hash,
+#: meta hash, definition hash, player meta hash, members hash, dense zset, counts hash. ARGV after the fence:
+#: mode, order, dense (1/0), sign (-1 stores -score), the number of player arguments, them, then meta pairs.
+APPLY = (
+    _FENCE
+    + """
+local base = 3 + 3 * n
+local mode, desc, dense, sign = ARGV[base], ARGV[base + 1] == 'desc', ARGV[base + 2] == '1', tonumber(ARGV[base + 3])
+local stop = base + 5 + tonumber(ARGV[base + 4])
+local i = base + 5
+local counts = {}
+local function hold(x)
+  if x > max then saturated = saturated + 1; return max end
+  if x < -max then saturated = saturated + 1; return -max end
+  return x
+end
+local function count(score, by)
+  local s = string.format('%.17g', score)
+  counts[s] = (counts[s] or 0) + by
+end
+local function put(p, old, new)
+  if old == new then return end
+  redis.call('ZADD', board, new, p)
+  if dense then
+    if old then count(old, -1) end
+    count(new, 1)
+  end
+end
+while i < stop do
+  local p = ARGV[i]
+  if mode == 'steps' then
+    local m = redis.call('HGET', KEYS[6], p)
+    local v, t = nil, nil
+    if m then
+      local stored = redis.call('ZSCORE', board, m)
+      if stored then v = sign * tonumber(stored); t = string.sub(m, 1, 16) end
+    end
+    local v0, t0 = v, t
+    local k = tonumber(ARGV[i + 1])
+    i = i + 2
+    for j = 1, k do
+      local op, a, ts = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+      i = i + 3
+      local nv
+      if op == 'incr' then nv = hold((v or 0) + a)
+      elseif op == 'decr' then nv = math.max((v or 0) - a, 0)
+      elseif op == 'best' and v ~= nil then
+        if (desc and a > v) or (not desc and a < v) then nv = a else nv = v end
+      else nv = a end
+      if v == nil or nv ~= v or op == 'put' then t = ts end
+      v = nv
+    end
+    if v ~= v0 or t ~= t0 then
+      local member = t .. p
+      if m and m ~= member then redis.call('ZREM', board, m) end
+      local stored = sign * v
+      if stored == 0 then stored = 0 end
+      redis.call('ZADD', board, stored, member)
+      if m ~= member then redis.call('HSET', KEYS[6], p, member) end
+    end
+  else
+    local old = redis.call('ZSCORE', board, p)
+    if old then old = tonumber(old) end
+    local new
+    if mode == 'sum' then
+      new = hold((old or 0) + tonumber(ARGV[i + 1]))
+      i = i + 2
+    else
+      if old then
+        new = math.min(math.max(old + tonumber(ARGV[i + 1]) + tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])),
+                       tonumber(ARGV[i + 4]))
+      else
+        new = tonumber(ARGV[i + 5])
+      end
+      i = i + 6
+    end
+    put(p, old, new)
+  end
+end
+for s, c in pairs(counts) do
+  if c ~= 0 then
+    local now = redis.call('HINCRBY', KEYS[8], s, c)
+    if now <= 0 then
+      redis.call('HDEL', KEYS[8], s)
+      redis.call('ZREM', KEYS[7], s)
+    elseif now == c then
+      redis.call('ZADD', KEYS[7], tonumber(s), s)
+    end
+  end
+end
+for j = stop, #ARGV, 2 do
+  redis.call('HSET', KEYS[5], ARGV[j], ARGV[j + 1])
+end
+"""
+    + _COMMIT
+)
 
 #: Advance per-partition checkpoints, each only from the value the worker knows. KEYS: checkpoint hash.
 #: ARGV: triples (field, expected, new); expected '-1' means "absent". Returns one {ok, previous} per triple:

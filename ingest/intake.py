@@ -18,7 +18,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CorruptRecordException, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 from flusher.batch import Sink
-from hotboard.codec import Decoder, InvalidEvent, Reason
+from hotboard.board_store import DefinitionCache
+from hotboard.boards import BoardDef
+from hotboard.codec import Decoded, Decoder, InvalidEvent, Reason, boards_to_check, decode_all
 from hotboard.timing import Backoff, wait_or_stop
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
@@ -27,7 +29,7 @@ from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason
 from ingest.pending import Pending
 from ingest.settings import WorkerSettings
-from ingest.window import Folded, boards_to_check, decode_all
+from ingest.window import Folded
 
 log = logging.getLogger("hotboard.worker")
 
@@ -59,6 +61,8 @@ class Intake:
         #: False when Redis failed (check whether it restarted before the next flush).
         self._on_redis_changed = on_redis_changed
         self._decoder = Decoder()
+        #: Definitions of the boards seen, bounded; cleared on every resynchronisation.
+        self.definitions = DefinitionCache(settings.max_cached_definitions)
 
     async def poll(self) -> bool:
         """One fetch, folded. True when it folded records (the caller re-checks backpressure)."""
@@ -109,24 +113,26 @@ class Intake:
         while i < len(records):
             chunk = records[i : i + step] if i or len(records) > step else records
             fold = self._pending.active.fold_for(tp.partition)
-            steady = fold.fold_batch(chunk, state.clear, self._decoder)
+            steady = fold.fold_batch(chunk, state.fast, self._decoder)
             out.append(steady)
             state.next_offset = max(state.next_offset, fold.last_offset + 1)
             if steady.consumed < len(chunk):
                 rest = chunk[steady.consumed :]
                 decoded = decode_all(rest, self._decoder)
                 unknown = boards_to_check(decoded, state.watermarks)
-                if unknown:
-                    try:
+                try:
+                    defs = await self._definitions(decoded)
+                    if unknown:
                         marks, checkpoint = await self._sink.load_watermarks(tp.partition, unknown)
-                    except TRANSIENT as exc:
-                        self._consumer.seek(tp, state.next_offset)  # fetched again once Redis answers
-                        self._on_redis_changed(False)  # did it restart? the next flush asks first
-                        log.warning("cannot read watermarks of partition %d (%r); retrying", tp.partition, exc)
-                        await wait_or_stop(self._stopping, self._backoff.next_delay())
-                        return out
-                    if self._assignment.ready_state(tp.partition) is not state:
-                        return out  # revoked or resynchronised while we waited
+                except TRANSIENT as exc:
+                    self._consumer.seek(tp, state.next_offset)  # fetched again once Redis answers
+                    self._on_redis_changed(False)  # did it restart? the next flush asks first
+                    log.warning("cannot read watermarks of partition %d (%r); retrying", tp.partition, exc)
+                    await wait_or_stop(self._stopping, self._backoff.next_delay())
+                    return out
+                if self._assignment.ready_state(tp.partition) is not state:
+                    return out  # revoked or resynchronised while we waited
+                if unknown:
                     if checkpoint not in (state.checkpoint, state.advancing):
                         # Redis lost (or someone moved) the checkpoint these watermarks are relative to: an
                         # emptied Redis answers "no watermark" for a board it applied. Resynchronise first.
@@ -137,12 +143,22 @@ class Intake:
                         return out
                     state.watermarks.update(marks)
                 fold = self._pending.active.fold_for(tp.partition)  # may have been sealed
-                out.append(fold.fold_checked(rest, decoded, state.watermarks, state.clear))
+                out.append(fold.fold_checked(rest, decoded, state.watermarks, state.clear, defs, state.fast))
                 state.next_offset = max(state.next_offset, fold.last_offset + 1)
             i += len(chunk)
             if fold.largest_board() >= cap:
                 self._pending.seal()
         return out
+
+    async def _definitions(self, decoded: list[Decoded]) -> dict[str, BoardDef]:
+        """The definitions of the boards in ``decoded``, read from Redis only when not cached. A cached one that
+        is out of date (declared while we fold) is caught by the flush script, which refuses the window."""
+        wanted = {f[0] for f in decoded if type(f) is tuple}
+        cache = self.definitions
+        missing = cache.missing(wanted)
+        found = await self._sink.load_definitions(missing) if missing else {}
+        cache.put(found)
+        return {b: found.get(b) or cache.get(b) or (await self._sink.load_definitions([b]))[b] for b in wanted}
 
     async def _skip_unreadable(self, error: Exception) -> None:
         """Read every partition again from where we are with the lenient parser: a record whose header names

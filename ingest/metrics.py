@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ingest.window import Window
 
 #: Causes of a resynchronisation: a fenced board batch, a checkpoint that moved under us, a Redis restart.
-RESYNC_REASONS = ("fenced", "checkpoint", "redis_restart")
+RESYNC_REASONS = ("fenced", "checkpoint", "redis_restart", "definition")
 
 #: How many recent windows the savings-ratio gauge averages over.
 SAVINGS_WINDOWS = 60
@@ -103,7 +103,7 @@ class WorkerMetrics:
     def record_window(self, window: Window, results: list[BoardResult], duration_s: float, saturated: int) -> None:
         """One flushed window: its batches' writes, the savings, its size and duration, and freshness."""
         writes = sum(r.writes for r in results)
-        fenced = any(r.outcome is Outcome.FENCED for r in results)
+        fenced = any(r.outcome in (Outcome.FENCED, Outcome.REDEFINED) for r in results)
         self.windows.labels("fenced" if fenced else "flushed").inc()
         self.redis_writes.inc(writes)
         if writes:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from flusher.batch import NO_WATERMARK
+from hotboard.boards import BoardDef
 
 
 class HaltReason(StrEnum):
@@ -89,14 +90,17 @@ class PartitionState:
     #: board -> this partition's watermark on it, exactly as Redis holds it; looked up the first time the
     #: board is seen after positioning, then kept by our own flushes.
     watermarks: dict[str, int] = field(default_factory=dict)
-    #: Boards whose watermark lies below ``next_offset``: their events need no check (the fold's fast path).
+    #: Boards whose watermark lies below ``next_offset``: their events need no check.
     clear: set[str] = field(default_factory=set)
+    #: The clear boards whose definition sums ``incr`` events (the fold's fast path), with that definition.
+    fast: dict[str, BoardDef] = field(default_factory=dict)
 
     def reset(self, checkpoint: int, resume: int) -> None:
         self.checkpoint = checkpoint
         self.next_offset = resume
         self.watermarks = {}
         self.clear = set()
+        self.fast = {}
         self.halted = None
         self.beyond_since = None
         self.ready = True

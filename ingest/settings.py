@@ -47,6 +47,9 @@ class WorkerSettings(LogSettings):
     max_pending_dlq_bytes: int = Field(
         64 * 1024 * 1024, ge=1, description="Unacknowledged dead-letter bytes above which fetching pauses"
     )
+    max_cached_definitions: int = Field(
+        65_536, ge=1, description="Board definitions a worker keeps in memory (more are read again from Redis)"
+    )
     revoke_flush_timeout_s: float = Field(3.0, gt=0, description="Budget of the flush before giving partitions up")
     halt_recheck_s: float = Field(30.0, gt=0, description="How often a halted partition is checked again")
 

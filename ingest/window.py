@@ -6,30 +6,38 @@ offset. At flush time the partitions are merged per board into :class:`BoardBatc
 ``max_players`` players each (one short script each): one sorted-set write per distinct board-player pair,
 plus the board's watermark and meta bookkeeping.
 
-Two folds: :meth:`PartitionFold.fold_batch`, the hot loop for boards known to be past their watermark, and
-:meth:`PartitionFold.fold_checked`, which checks each event against its board's watermark (after a
-repositioning, and the first time a board is seen).
+Two folds: :meth:`PartitionFold.fold_batch`, the hot loop of plain ``incr`` events on boards known to be past
+their watermark, and :meth:`PartitionFold.fold_checked`, every other event (each checked against its board's
+watermark after a repositioning, and the first time a board is seen).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
 
-from flusher.batch import MAX_EXACT, BoardBatch
-from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoder, Fields, InvalidEvent
+from flusher.batch import BoardBatch
+from hotboard import earliest
+from hotboard.boards import BoardDef
+from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, TS, Decoded, Decoder, InvalidEvent, resolve
+from hotboard.earliest import Step
 from hotboard.keys import DEFAULT_BOARD, PLAYER_MAX_CHARS
+from hotboard.operators import Folded as OpState
+from hotboard.operators import event as op_event
+from hotboard.operators import fold as op_fold
+from hotboard.operators import summed
+from ingest.batching import merge
 
 #: (the consumed record, why it is invalid). Kept in the window like a delta until its flush.
 DeadLetter = tuple[Any, InvalidEvent]
 
 
 class Folded(NamedTuple):
-    """What one fold call did with its records."""
+    """What one fold call did with its records (``invalid`` includes events their board's operator refuses)."""
 
     consumed: int
     applied: int
@@ -45,8 +53,19 @@ def _player_deltas() -> defaultdict[str, int]:
 class PartitionFold:
     """Pending deltas of one partition since its last successful flush."""
 
-    #: board -> player -> summed delta; missing keys read as 0, so the hot loop is one ``+=``.
+    #: board -> player -> summed delta; missing keys read as 0, so the hot loop is one ``+=``. Boards whose
+    #: events all are ``incr`` (and whose ties are not ``earliest``) live here.
     boards: defaultdict[str, defaultdict[str, int]] = field(default_factory=lambda: defaultdict(_player_deltas))
+    #: board -> player -> folded clamp, for boards with any other operator in this window.
+    ops: dict[str, dict[str, OpState]] = field(default_factory=dict)
+    #: board -> player -> steps to replay, for ``earliest`` boards (see :mod:`hotboard.earliest`).
+    steps: dict[str, dict[str, list[Step]]] = field(default_factory=dict)
+    #: board -> player -> the last ``meta`` seen (compact JSON).
+    metas: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    #: board -> the definition its events were folded under (the flush script checks it is still the one).
+    defs: dict[str, BoardDef] = field(default_factory=dict)
+    #: The fast path's boards last passed to :meth:`fold_batch` (their definitions, for the flush).
+    fast: dict[str, BoardDef] = field(default_factory=dict)
     #: Last offset folded (valid, invalid or skipped alike); -1 when nothing was folded yet.
     last_offset: int = -1
     entries: int = 0
@@ -57,10 +76,11 @@ class PartitionFold:
     #: Invalid records waiting to be dead-lettered with this window.
     dead: list[DeadLetter] = field(default_factory=list)
 
-    def fold_batch(self, records: Sequence[Any], clear: Collection[str], decoder: Decoder) -> Folded:
-        """Fold records whose boards are in ``clear`` (past their watermark); returns how many records were
-        consumed: all of them, or up to the first valid event whose board needs the watermark check (the
-        caller looks its watermark up and continues with :meth:`fold_checked`).
+    def fold_batch(self, records: Sequence[Any], fast: dict[str, BoardDef], decoder: Decoder) -> Folded:
+        """Fold plain ``incr`` events (no ``op``, no ``meta``) of boards in ``fast`` (past their watermark, and
+        summed by their definition); returns how many records were consumed: all of them, or up to the first
+        valid event that needs more (its watermark looked up, or another operator: the caller continues with
+        :meth:`fold_checked`).
 
         The hot loop of the worker. A well-formed event is accepted right here after one orjson parse and a
         few exact type checks; anything else goes through ``decoder.fields``, the one definition of validity,
@@ -68,13 +88,16 @@ class PartitionFold:
         leaves this loop with deltas past ``last_offset``: bookkeeping is settled in ``finally``.
         """
         boards = self.boards
+        if self.ops:  # boards that left the += form in this window take the general fold
+            fast = {b: d for b, d in fast.items() if b not in self.ops}
+        self.fast = fast
         slow = decoder.fields
         loads = orjson.loads
         dead = self.dead
         dead_before = len(dead)
         max_bytes, max_chars, default_board = MAX_VALUE_BYTES, PLAYER_MAX_CHARS, DEFAULT_BOARD
         min_delta, max_delta = -MAX_ABS_DELTA, MAX_ABS_DELTA
-        before = sum(map(len, boards.values()))
+        before = self.pending_players()
         first_ts = last_ts = None
         done = 0
         try:
@@ -86,9 +109,10 @@ class PartitionFold:
                     delta = obj["delta"]
                     board = obj.get("board", default_board)
                     ts = obj.get("ts")
-                    fast = (
+                    plain = (
                         "op" not in obj
-                        and board in clear
+                        and "meta" not in obj
+                        and board in fast
                         and 0 < len(player) <= max_chars
                         and player.isprintable()  # AttributeError unless a str
                         and type(delta) is int  # exact: bool is an int subclass; floats would make totals inexact
@@ -97,16 +121,16 @@ class PartitionFold:
                         and len(value) <= max_bytes
                     )
                 except Exception:  # noqa: BLE001 - not JSON, no value, not an object, a wrong type: the slow path says why
-                    fast = False
-                if not fast:
+                    plain = False
+                if not plain:
                     try:
-                        board, player, delta, ts = slow(value)
+                        board, player, op, delta, _, ts, meta = slow(value)
                     except InvalidEvent as exc:
                         dead.append((record, exc))
                         done += 1
                         continue
-                    if board not in clear:
-                        break  # its watermark decides: the caller looks it up
+                    if board not in fast or op not in (None, "incr") or meta is not None or delta is None:
+                        break  # its watermark or its operator decides: the general fold
                 boards[board][player] += delta
                 last_ts = ts
                 done += 1
@@ -124,15 +148,16 @@ class PartitionFold:
         decoded: Sequence[Decoded],
         watermarks: dict[str, int],
         clear: set[str],
+        defs: Mapping[str, BoardDef],
+        fast: dict[str, BoardDef],
     ) -> Folded:
-        """Fold records checking each event against its board's watermark (``decoded`` holds each record's
-        fields or why it is invalid, see :func:`decode_all`; every valid board must be in ``watermarks``); an
-        event at or below it was applied already and is skipped. A board whose watermark lies behind moves to
-        ``clear``."""
-        boards = self.boards
+        """The general fold: every operator, ``meta``, and each event checked against its board's watermark
+        (``decoded`` holds each record's fields or why it is invalid, see :func:`decode_all`; every valid board
+        must be in ``watermarks`` and ``defs``). An event at or below the watermark was applied already and is
+        skipped. A board whose watermark lies behind moves to ``clear``, and to ``fast`` if it sums."""
         dead = self.dead
         dead_before = len(dead)
-        before = sum(map(len, boards.values()))
+        before = self.pending_players()
         duplicates = 0
         first_ts = last_ts = None
         done = 0
@@ -142,13 +167,25 @@ class PartitionFold:
                 if isinstance(fields, InvalidEvent):
                     dead.append((record, fields))
                     continue
-                board, player, delta, ts = fields
+                board, player, op, delta, score, ts, meta = fields
+                definition = defs[board]
                 if board not in clear:
                     if record.offset <= watermarks[board]:
                         duplicates += 1
                         continue
                     clear.add(board)
-                boards[board][player] += delta
+                if definition.summable and board not in fast:
+                    fast[board] = definition
+                operator = op or definition.operator
+                try:
+                    amount = resolve(operator, delta, score)
+                except InvalidEvent as exc:  # the board's own operator needs the other field
+                    dead.append((record, exc))
+                    continue
+                self.defs[board] = definition
+                self._apply(board, player, operator, amount, definition, record, ts)
+                if meta is not None:
+                    self.metas.setdefault(board, {})[player] = meta
                 if first_ts is None:
                     first_ts = ts
                 last_ts = ts
@@ -156,6 +193,27 @@ class PartitionFold:
             invalid = len(dead) - dead_before
             self._settle(records, done, invalid + duplicates, before, first_ts, last_ts)
         return Folded(done, done - invalid - duplicates, invalid, duplicates)
+
+    def _apply(
+        self, board: str, player: str, operator: str, amount: int, definition: BoardDef, record: Any, ts: int | None
+    ) -> None:
+        if definition.earliest:
+            # the tie time comes from the record, never a clock: a replay ranks ties exactly as the first pass
+            when = ts if ts is not None else max(int(record.timestamp or 0), 0)
+            table = self.steps.setdefault(board, {})
+            earliest.push(table.setdefault(player, []), (operator, amount, when), definition.order == "desc")
+        elif operator == "incr" and board not in self.ops:
+            self.boards[board][player] += amount
+        else:
+            states = self.ops.get(board)
+            if states is None:  # leaves the += form for this window: what was summed so far comes first
+                states = self.ops[board] = {p: summed(d) for p, d in self.boards.pop(board, {}).items()}
+            states[player] = op_fold(states.get(player), op_event(operator, amount, definition.order))
+
+    def pending_players(self) -> int:
+        """Board-player pairs pending (every form), and the steps beyond the first of ``earliest`` players."""
+        steps = sum(len(s) for table in self.steps.values() for s in table.values())
+        return sum(map(len, self.boards.values())) + sum(map(len, self.ops.values())) + steps
 
     def _settle(
         self,
@@ -166,7 +224,7 @@ class PartitionFold:
         first_ts: int | None,
         last_ts: int | None,
     ) -> None:
-        self.entries += sum(map(len, self.boards.values())) - entries_before
+        self.entries += self.pending_players() - entries_before
         self.events += done - not_folded
         if done:
             self.last_offset = records[done - 1].offset
@@ -183,37 +241,18 @@ class PartitionFold:
             self.max_ts_ms = ts_ms
 
     def largest_board(self) -> int:
-        return max(map(len, self.boards.values()), default=0)
+        sizes = [len(t) for forms in (self.boards, self.ops, self.steps) for t in forms.values()]
+        return max(sizes, default=0)
 
 
 def _first_ts(records: Sequence[Any], done: int, decoder: Decoder) -> int | None:
     """The event time of the first valid record among ``records[:done]``."""
     for i in range(done):
         try:
-            return decoder.fields(records[i].value)[3]
+            return decoder.fields(records[i].value)[TS]
         except InvalidEvent:
             continue
     return None
-
-
-#: One record's fields, or why it is invalid.
-Decoded = Fields | InvalidEvent
-
-
-def decode_all(records: Iterable[Any], decoder: Decoder) -> list[Decoded]:
-    """Every record through the codec once: the checked fold and the watermark lookup share the result."""
-    out: list[Decoded] = []
-    for record in records:
-        try:
-            out.append(decoder.fields(record.value))
-        except InvalidEvent as exc:
-            out.append(exc)
-    return out
-
-
-def boards_to_check(decoded: Iterable[Decoded], known: Collection[str]) -> set[str]:
-    """Valid boards in ``decoded`` whose watermark this partition has not looked up yet."""
-    return {f[0] for f in decoded if type(f) is tuple and f[0] not in known}
 
 
 @dataclass(slots=True)
@@ -263,35 +302,6 @@ class Window:
         return {p: fold.last_offset for p, fold in self.parts.items() if fold.last_offset >= 0}
 
     def batches(self, max_players: int) -> tuple[list[BoardBatch], int]:
-        """Merge the partitions per board into batches of at most ``max_players`` players where partitions
-        allow (one partition's share of a board is never split: its watermark moves once). Returns the batches
-        and how many deltas were held at +-MAX_EXACT (a window's sum can pass 2^53 when each event does not).
-
-        Partitions of one player rarely overlap (the record key is the player id), so the common case is
-        adopting one partition's dict without copying it."""
-        out: list[BoardBatch] = []
-        open_batch: dict[str, BoardBatch] = {}
-        saturated = 0
-        for partition, fold in self.parts.items():
-            for board, deltas in fold.boards.items():
-                if not deltas and fold.last_offset < 0:
-                    continue
-                batch = open_batch.get(board)
-                if batch is None or len(batch.deltas) + len(deltas) > max_players:
-                    batch = open_batch[board] = BoardBatch(board, deltas, {partition: fold.last_offset})
-                    out.append(batch)
-                    continue
-                if len(batch.offsets) == 1:
-                    batch.deltas = dict(batch.deltas)  # never mutate a partition's own dict
-                merged = batch.deltas
-                # Usually disjoint (one player, one partition): C-speed update, Python only for the overlap.
-                summed = {player: merged[player] + deltas[player] for player in merged.keys() & deltas.keys()}
-                merged.update(deltas)
-                merged.update(summed)
-                batch.offsets[partition] = fold.last_offset
-        for batch in out:
-            if batch.deltas and (max(batch.deltas.values()) > MAX_EXACT or min(batch.deltas.values()) < -MAX_EXACT):
-                held = {p: max(-MAX_EXACT, min(MAX_EXACT, d)) for p, d in batch.deltas.items()}
-                saturated += sum(1 for p, d in held.items() if d != batch.deltas[p])
-                batch.deltas = held
-        return out, saturated
+        """The window as board batches of at most ``max_players`` players where partitions allow, and how many
+        deltas were held at +-MAX_EXACT (:func:`ingest.batching.merge`)."""
+        return merge(self.parts, max_players)

@@ -286,6 +286,7 @@ class Worker:
     def _resync(self, cause: str) -> None:
         """Forget pending work and re-read positions from Redis for every assigned partition."""
         self.metrics.resyncs.labels(cause).inc()
+        self._intake.definitions.clear()
         self._pending.clear()
         self._dead.drop(set(self._assignment.parts))
         self._assignment.unready_all()
@@ -368,6 +369,7 @@ class Worker:
             results = await self._sink.flush(batches, self._expected)
             duration = time.monotonic() - started
             fenced = sum(r.outcome is Outcome.FENCED for r in results)
+            redefined = sum(r.outcome is Outcome.REDEFINED for r in results)
             self.flushes += 1
             self.metrics.record_window(window, results, duration, saturated)
             if fenced:
@@ -376,6 +378,11 @@ class Worker:
                 self.fenced += 1
                 log.warning("flush fenced on %d boards; resynchronising %s from Redis", fenced, self.assigned)
                 self._resync("fenced")
+                return True
+            if redefined:
+                # A board was declared while we folded its events under its old definition: fold them again.
+                log.warning("%d boards were (re)declared while this window was folded; resynchronising", redefined)
+                self._resync("definition")
                 return True
             # 3. learn the new watermarks of the boards that took the window
             for batch in batches:

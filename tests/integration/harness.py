@@ -33,7 +33,7 @@ def totals_of(events: Iterable[Event]) -> Totals:
     """The reference: each board's exact per-player sum, computed without any hotboard code path."""
     out: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
     for e in events:
-        out[e.board][e.player] += e.delta
+        out[e.board][e.player] += e.delta or 0
     return {b: dict(d) for b, d in out.items()}
 
 

@@ -62,7 +62,7 @@ async def test_each_metric_moves_as_it_should_on_a_known_run(kafka: str, topic: 
     assert len(players) == PLAYERS, "the seed must cover every player"
     expected_scores = Counter[str]()
     for e in events:
-        expected_scores[e.player] += e.delta
+        expected_scores[e.player] += e.delta or 0
     partitioner = DefaultPartitioner()
     all_parts = list(range(PARTITIONS))
     fed = {partitioner(p.encode(), all_parts, all_parts) for p in players}

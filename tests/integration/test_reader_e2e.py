@@ -35,7 +35,7 @@ def make_events(seed: int, count: int) -> list[Event]:
 def totals(events: list[Event]) -> dict[str, dict[str, int]]:
     result: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for e in events:
-        result[e.board][e.player] += e.delta
+        result[e.board][e.player] += e.delta or 0
     return {board: dict(scores) for board, scores in result.items()}
 
 

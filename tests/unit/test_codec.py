@@ -20,7 +20,16 @@ from hotboard.codec import Decoder, Event, InvalidEvent, Reason, decode, encode
          Event("global", "\u00e9l\u00e8ve \U0001f3ae", 1, None)),
         (b'{"player": "p", "delta": 9007199254740991}', Event("global", "p", 2**53 - 1, None)),
         (b'{"player": "p", "delta": -9007199254740991}', Event("global", "p", -(2**53 - 1), None)),
-        (b'{"player": "p", "delta": 1, "op": "incr"}', Event("global", "p", 1, None)),
+        (b'{"player": "p", "delta": 1, "op": "incr"}', Event("global", "p", 1, None, "incr")),
+        (b'{"player": "p", "op": "set", "score": -7}', Event("global", "p", None, None, "set", -7)),
+        (b'{"player": "p", "op": "best", "score": 9007199254740991}',
+         Event("global", "p", None, None, "best", 2**53 - 1)),
+        (b'{"player": "p", "op": "decr", "delta": 0}', Event("global", "p", 0, None, "decr")),
+        (b'{"player": "p", "score": 3}', Event("global", "p", None, None, None, 3)),  # the board's operator decides
+        (b'{"player": "p", "delta": 1, "meta": {"name": "Zo\\u00eb", "c": "NZ"}}',
+         Event("global", "p", 1, None, meta='{"name":"Zoë","c":"NZ"}'.encode())),
+        (b'{"player": "p", "delta": 1, "meta": null}', Event("global", "p", 1, None)),
+        (b'{"player": "p", "delta": 1, "ts": 9007199254740991}', Event("global", "p", 1, 2**53 - 1)),
         (b'{"player": "' + b"x" * 128 + b'", "delta": 1}', Event("global", "x" * 128, 1, None)),
         (b'{"board": "' + b"b" * 64 + b'", "player": "p", "delta": 1}', Event("b" * 64, "p", 1, None)),
     ],
@@ -50,8 +59,21 @@ def test_valid_events(value: bytes, expected: Event) -> None:
         (b'{"player": "p", "delta": "1"}', Reason.BAD_TYPE),
         (b'{"player": "p", "delta": true}', Reason.BAD_TYPE),
         (b'{"player": "p", "delta": false}', Reason.BAD_TYPE),
-        (b'{"player": "p", "delta": 9007199254740992}', Reason.BAD_VALUE),
-        (b'{"player": "p", "delta": -9007199254740992}', Reason.BAD_VALUE),
+        (b'{"player": "p", "delta": 9007199254740992}', Reason.OUT_OF_RANGE),
+        (b'{"player": "p", "delta": -9007199254740992}', Reason.OUT_OF_RANGE),
+        (b'{"player": "p", "op": "set", "score": 9007199254740992}', Reason.OUT_OF_RANGE),
+        (b'{"player": "p", "op": "best", "score": -9007199254740992}', Reason.OUT_OF_RANGE),
+        (b'{"player": "p", "delta": 1, "ts": 9007199254740992}', Reason.OUT_OF_RANGE),
+        (b'{"player": "p", "op": "set", "score": 1.5}', Reason.BAD_TYPE),
+        (b'{"player": "p", "op": "best", "delta": 1}', Reason.MISSING_FIELD),
+        (b'{"player": "p", "op": "incr", "score": 1}', Reason.MISSING_FIELD),
+        (b'{"player": "p", "op": "decr", "delta": -1}', Reason.BAD_VALUE),
+        (b'{"player": "p", "op": "max", "score": 1}', Reason.UNSUPPORTED_OP),
+        (b'{"player": "p", "op": 7, "delta": 1}', Reason.UNSUPPORTED_OP),
+        (b'{"player": "p", "op": ["set"], "delta": 1}', Reason.UNSUPPORTED_OP),
+        (b'{"player": "p", "delta": 1, "meta": "Zoe"}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": 1, "meta": [1]}', Reason.BAD_TYPE),
+        (b'{"player": "p", "delta": 1, "meta": {"n": "' + b"x" * 505 + b'"}}', Reason.TOO_LARGE),
         (b'{"player": "p", "delta": 1, "board": 7}', Reason.BAD_TYPE),
         (b'{"player": "p", "delta": 1, "board": ""}', Reason.BAD_VALUE),
         (b'{"player": "p", "delta": 1, "board": "has space"}', Reason.BAD_VALUE),
@@ -66,7 +88,7 @@ def test_valid_events(value: bytes, expected: Event) -> None:
         (b'{"player": "p", "delta": 1, "ts": "now"}', Reason.BAD_TYPE),
         (b'{"player": "p", "delta": 1, "ts": -1}', Reason.BAD_TYPE),
         (b'{"player": "p", "delta": 1, "ts": 1.5}', Reason.BAD_TYPE),
-        (b'{"player": "p", "delta": 1, "op": "set"}', Reason.UNSUPPORTED_OP),
+        (b'{"player": "p", "delta": 1, "op": "set"}', Reason.MISSING_FIELD),
         (b'{"player": "p", "delta": 1, "pad": "' + b"x" * 65_536 + b'"}', Reason.TOO_LARGE),
     ],
 )  # fmt: skip
@@ -89,3 +111,5 @@ def test_encode_round_trips() -> None:
     event = Event("s:1", "p-\u00e9", -(2**53 - 1), 1764500000123)
     assert decode(encode(event)) == event
     assert decode(encode(event._replace(ts_ms=None))) == event._replace(ts_ms=None)
+    scored = Event("b", "p", None, 5, "best", 2**53 - 1, b'{"name":"x"}')
+    assert decode(encode(scored)) == scored

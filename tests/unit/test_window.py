@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 from flusher.batch import MAX_EXACT, BoardBatch
-from hotboard.codec import Decoder, InvalidEvent
-from ingest.window import PartitionFold, Window, boards_to_check, decode_all
+from hotboard.boards import DEFAULT
+from hotboard.codec import Decoder, InvalidEvent, boards_to_check, decode_all
+from ingest.window import PartitionFold, Window
 
 
 def _rec(offset: int, board: str, player: str, delta: int) -> SimpleNamespace:
@@ -21,7 +22,7 @@ def _rec(offset: int, board: str, player: str, delta: int) -> SimpleNamespace:
 
 def _fold(window: Window, partition: int, offset: int, board: str, player: str, delta: int) -> None:
     fold = window.fold_for(partition)
-    done = fold.fold_batch([_rec(offset, board, player, delta)], {board}, Decoder())
+    done = fold.fold_batch([_rec(offset, board, player, delta)], {board: DEFAULT}, Decoder())
     assert done.consumed == 1
 
 
@@ -73,7 +74,7 @@ def test_a_window_sum_beyond_2_53_is_held_at_the_exact_range() -> None:
     w = Window()
     fold = w.fold_for(0)
     records = [_rec(i, "g", "whale", MAX_EXACT) for i in range(3)] + [_rec(3, "g", "minnow", -MAX_EXACT)]
-    fold.fold_batch(records, {"g"}, Decoder())
+    fold.fold_batch(records, {"g": DEFAULT}, Decoder())
     [batch], saturated = w.batches(10_000)
     assert batch.deltas == {"whale": MAX_EXACT, "minnow": -MAX_EXACT}
     assert saturated == 1
@@ -120,7 +121,7 @@ def test_steady_fold_stops_at_the_first_board_not_known_past_its_watermark() -> 
         _rec(2, "new", "a", 5),
         _rec(3, "g", "a", 1),
     ]
-    done = fold.fold_batch(records, {"g"}, Decoder())
+    done = fold.fold_batch(records, {"g": DEFAULT}, Decoder())
     assert (done.consumed, done.applied, done.invalid) == (2, 1, 1)
     assert fold.last_offset == 1 and fold.boards["g"] == {"a": 1}
 
@@ -140,7 +141,8 @@ def test_checked_fold_skips_what_a_board_applied_and_then_clears_it(
     clear = {"g"}
     watermarks = {"new": watermark}
     records = [_rec(10, "g", "x", 1), _rec(11, "new", "a", 2), _rec(12, "new", "a", 5), _rec(13, "g", "x", 1)]
-    done = fold.fold_checked(records, decode_all(records, Decoder()), watermarks, clear)
+    defs = dict.fromkeys(("g", "new"), DEFAULT)
+    done = fold.fold_checked(records, decode_all(records, Decoder()), watermarks, clear, defs, {})
     assert done.duplicate == duplicates and done.applied == 4 - duplicates and done.consumed == 4
     assert dict(fold.boards.get("new", {})) == expected_new and fold.boards["g"] == {"x": 2}
     assert ("new" in clear) == (watermark < 12)
@@ -166,7 +168,7 @@ def test_an_unexpected_error_leaves_no_delta_past_the_last_offset() -> None:
         SimpleNamespace(offset=1, value=Hostile(b'{"player":"b","delta":1}')),
         _rec(2, "g", "c", 1),
     ]
-    done = fold.fold_batch(records, {"g"}, Decoder())
+    done = fold.fold_batch(records, {"g": DEFAULT}, Decoder())
     assert done.consumed == 3 and done.invalid == 1
     assert fold.boards["g"] == {"a": 1, "c": 1} and fold.last_offset == 2
 
@@ -174,7 +176,7 @@ def test_an_unexpected_error_leaves_no_delta_past_the_last_offset() -> None:
 def test_deeply_nested_values_are_dead_lettered_not_raised() -> None:
     deep = b'{"player": "p", "delta": 1, "op": ' + b"[" * 1000 + b"]" * 1000 + b"}"
     fold = PartitionFold()
-    done = fold.fold_batch([SimpleNamespace(offset=0, value=deep)], {"global"}, Decoder())
+    done = fold.fold_batch([SimpleNamespace(offset=0, value=deep)], {"global": DEFAULT}, Decoder())
     assert done.invalid == 1 and fold.dead[0][1].reason.value == "unsupported_op"
 
 
@@ -209,18 +211,18 @@ def test_fold_batch_agrees_with_the_codec_on_every_input() -> None:
     fold = PartitionFold()
     decoder = Decoder()
     clear = {"global", *(f"b{i}" for i in range(5))}
-    folded = fold.fold_batch(_records(values), clear, decoder)
+    folded = fold.fold_batch(_records(values), dict.fromkeys(clear, DEFAULT), decoder)
 
     reference: defaultdict[tuple[str, str], int] = defaultdict(int)
     reasons: list[str] = []
     ref_decoder = Decoder()
     for v in values:
         try:
-            board, player, delta, _ = ref_decoder.fields(v)
+            board, player, _, delta, _, _, _ = ref_decoder.fields(v)
         except InvalidEvent as exc:
             reasons.append(exc.reason.value)
             continue
-        reference[board, player] += delta
+        reference[board, player] += delta or 0
     got = {(board, player): d for board, deltas in fold.boards.items() for player, d in deltas.items()}
     assert got == dict(reference)
     assert folded.consumed == len(values) and folded.applied == len(values) - len(reasons) == fold.events

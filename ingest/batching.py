@@ -1,0 +1,107 @@
+"""A window's partitions merged per board into the batches the sink applies. Pure, no I/O.
+
+One partition's share of a board is never split (its watermark moves once); shares are merged into batches of
+at most ``max_players`` players where partitions allow. A board's share has one of three forms (summed deltas,
+folded clamps, ``earliest`` steps, see :mod:`ingest.window`); shares of different forms merge into the more
+general one, in partition order. A partition's own dicts are adopted without copying while a batch holds only
+them, and copied before anything is merged in: a failed flush builds its batches again from the same folds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flusher.batch import MAX_EXACT, BoardBatch
+from hotboard import earliest
+from hotboard.boards import DEFAULT
+from hotboard.operators import fold as op_fold
+from hotboard.operators import summed
+
+if TYPE_CHECKING:
+    from ingest.window import PartitionFold
+
+
+def merge(parts: dict[int, PartitionFold], max_players: int) -> tuple[list[BoardBatch], int]:
+    """The batches, and how many deltas were held at +-MAX_EXACT (a window's sum can pass 2^53 when each event
+    does not). Partitions of one player rarely overlap (the record key is the player id), so the common case is
+    adopting one partition's dict without copying it."""
+    out: list[BoardBatch] = []
+    open_batch: dict[str, BoardBatch] = {}
+    for partition, fold in parts.items():
+        offset = fold.last_offset
+        for board in [*fold.boards, *fold.ops, *fold.steps]:
+            share = _share(fold, board)
+            batch = open_batch.get(board)
+            if batch is None or batch.players + share.players > max_players:
+                share.offsets = {partition: offset}
+                open_batch[board] = share
+                out.append(share)
+                continue
+            if len(batch.offsets) == 1:
+                _own(batch)
+            _merge_into(batch, share)
+            batch.offsets[partition] = offset
+    return out, sum(_hold(batch) for batch in out)
+
+
+def _share(fold: PartitionFold, board: str) -> BoardBatch:
+    definition = fold.defs.get(board) or fold.fast.get(board) or DEFAULT
+    metas = fold.metas.get(board)
+    if board in fold.steps:
+        return BoardBatch(board, {}, {}, definition, steps=fold.steps[board], metas=metas)
+    if board in fold.ops:
+        return BoardBatch(board, {}, {}, definition, states=fold.ops[board], metas=metas)
+    return BoardBatch(board, fold.boards[board], {}, definition, metas=metas)
+
+
+def _own(batch: BoardBatch) -> None:
+    """Copy what the batch adopted from its first partition before merging others into it."""
+    batch.deltas = dict(batch.deltas)
+    if batch.states is not None:
+        batch.states = dict(batch.states)
+    if batch.steps is not None:
+        batch.steps = {p: list(s) for p, s in batch.steps.items()}
+    if batch.metas is not None:
+        batch.metas = dict(batch.metas)
+
+
+def _merge_into(batch: BoardBatch, share: BoardBatch) -> None:
+    if share.metas:
+        batch.metas = {**(batch.metas or {}), **share.metas}
+    if batch.steps is not None or share.steps is not None:
+        steps = batch.steps if batch.steps is not None else {}
+        batch.steps = steps
+        desc = batch.definition.order == "desc"
+        for player, more in (share.steps or {}).items():
+            mine = steps.get(player)
+            if mine is None:
+                steps[player] = list(more)
+            else:
+                for step in more:
+                    earliest.push(mine, step, desc)
+        return
+    if batch.states is None and share.states is None:
+        merged = batch.deltas
+        deltas = share.deltas
+        # Usually disjoint (one player, one partition): C-speed update, Python only for the overlap.
+        overlap = {player: merged[player] + deltas[player] for player in merged.keys() & deltas.keys()}
+        merged.update(deltas)
+        merged.update(overlap)
+        return
+    states = batch.states if batch.states is not None else {}
+    for player, delta in batch.deltas.items():
+        states[player] = summed(delta)
+    batch.deltas = {}
+    batch.states = states
+    theirs = share.states if share.states is not None else {p: summed(d) for p, d in share.deltas.items()}
+    for player, state in theirs.items():
+        states[player] = op_fold(states.get(player), state)
+
+
+def _hold(batch: BoardBatch) -> int:
+    deltas = batch.deltas
+    if not deltas or (max(deltas.values()) <= MAX_EXACT and min(deltas.values()) >= -MAX_EXACT):
+        return 0
+    held = {p: max(-MAX_EXACT, min(MAX_EXACT, d)) for p, d in deltas.items()}
+    batch.deltas = held
+    return sum(1 for p, d in held.items() if d != deltas[p])

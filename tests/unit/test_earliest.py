@@ -1,0 +1,73 @@
+"""Merged steps replay exactly like the events one by one, from every starting score (hypothesis)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hotboard.earliest import Step, member, player_of, push, replay, step_value, tie_text
+
+OPS = st.sampled_from(["incr", "decr", "set", "best"])
+SMALL = st.integers(-6, 6)
+EVENT = st.tuples(OPS, SMALL, st.integers(0, 10**6))
+
+
+def _event(op: str, amount: int, ts: int) -> Step:
+    return (op, abs(amount) if op == "decr" else amount, ts)
+
+
+STATES = st.one_of(st.none(), st.tuples(st.integers(-8, 8), st.integers(0, 10**6)))
+
+
+@settings(max_examples=3000)
+@given(st.lists(EVENT, max_size=12), STATES, st.booleans(), st.integers(0, 12))
+def test_merged_steps_equal_the_events_one_by_one(events: list[Step], start: tuple[int, int] | None,
+                                                  desc: bool, split: int) -> None:  # fmt: skip
+    steps = [_event(*e) for e in events]
+    merged: list[Step] = []
+    for step in steps:
+        push(merged, step, desc)
+    assert replay(merged, start, desc) == replay(steps, start, desc)
+    assert len(merged) <= len(steps)
+    # two windows: the second replays from what the first left
+    first: list[Step] = []
+    second: list[Step] = []
+    for step in steps[:split]:
+        push(first, step, desc)
+    for step in steps[split:]:
+        push(second, step, desc)
+    assert replay(second, replay(first, start, desc), desc) == replay(steps, start, desc)
+
+
+def test_usual_streams_stay_one_step() -> None:
+    for ops in (["incr"] * 50, ["best"] * 50):
+        steps: list[Step] = []
+        for i in range(50):
+            push(steps, (ops[i], (i * 7) % 11 + 1, i), True)
+        assert len(steps) == 1
+    steps = []
+    push(steps, ("set", 5, 1), True)
+    for i in range(40):
+        push(steps, (("incr", "best", "decr", "set")[i % 4], i % 5, 2 + i), True)
+    assert len(steps) == 1
+
+
+def test_tie_time_is_the_last_change() -> None:
+    # reached 100 at t=1; a lower best at t=2 changes nothing
+    assert replay([("best", 100, 1), ("best", 50, 2)], None, True) == (100, 1)
+    # set to the same value is no change; to another value is
+    assert replay([("set", 5, 3)], (5, 1), True) == (5, 1)
+    assert replay([("set", 7, 2), ("set", 5, 3)], (5, 1), True) == (5, 3)
+    # a first decr leaves 0, and it is a change (the player appears)
+    assert replay([("decr", 5, 4)], None, True) == (0, 4)
+    assert step_value("best", 3, 5, False) == 3
+
+
+def test_member_encoding_sorts_by_time_then_id() -> None:
+    assert tie_text(1_764_547_200_000) == "0001764547200000"
+    assert sorted([member(20, "a"), member(3, "z"), member(3, "b")]) == [
+        member(3, "b"),
+        member(3, "z"),
+        member(20, "a"),
+    ]
+    assert player_of(member(2**53 - 1, "p:1")) == "p:1"
