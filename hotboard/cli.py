@@ -1,4 +1,4 @@
-"""``hotboard`` command line: worker, dev, produce, demo (and api, from reader_api)."""
+"""``hotboard`` command line: worker, dev, produce, demo, boards (and api, from reader_api)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hotboard import __version__
+from hotboard import __version__, boards_cli
 from hotboard.devstack import DevStack, StackError, require_free
 from hotboard.process import LOOPBACK, Child, port_open, stop_all, url_answers
 from hotboard.settings import LogSettings
@@ -208,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dev_parser(sub)
     _produce_parser(sub)
     _demo_parser(sub)
+    boards_cli.add_parser(sub, WorkerSettings)  # the worker's --redis / HOTBOARD_REDIS
     if _api_available():
         importlib.import_module("reader_api.cli").add_parser(sub)
     return parser

@@ -1,0 +1,182 @@
+"""``hotboard boards create|list|show``: declare and inspect board definitions (``hb:{B}:def``).
+
+The storage rules live in :mod:`hotboard.board_store`; this module only parses, prints and maps outcomes to
+exit codes: 0 done, 1 no such board, 2 refused or invalid, 3 Redis unreachable. The ``--redis`` option comes
+from the settings class the shell passes in (the base package must not import a process kind's settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from pydantic_settings import BaseSettings
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from hotboard import board_store, keys
+from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
+from hotboard.settings_cli import add_options, settings_from
+
+EXIT_NOT_FOUND = 1
+EXIT_CONFIG = 2  # the same codes as hotboard.cli (which imports this module)
+EXIT_UNAVAILABLE = 3
+#: Boards read per round trip pair by ``list`` (board_store.page): bounded replies whatever the board count.
+PAGE_SIZE = 100
+
+Command = Callable[[Redis, argparse.Namespace], Awaitable[int]]
+
+
+class Refused(Exception):
+    """A request this command will not carry out; the message is the one line the user sees."""
+
+    def __init__(self, message: str, code: int = EXIT_CONFIG) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def add_parser(sub: Any, settings: type[BaseSettings]) -> None:
+    """Register ``boards``; ``settings`` supplies ``--redis`` (and HOTBOARD_REDIS) like the other commands."""
+    if "redis" not in settings.model_fields:
+        raise TypeError(f"{settings.__name__} has no redis field")
+    p = sub.add_parser("boards", help="declare and inspect board definitions (order, operator, ties)")
+    leaves = p.add_subparsers(dest="boards_command", required=True)
+
+    create = leaves.add_parser("create", help="declare a board (idempotent; refused once the board has scores)")
+    create.add_argument("name", help="board name: 1-64 characters of A-Z a-z 0-9 _ . : -")
+    order_help = "desc: highest first (default); asc: lowest first"
+    create.add_argument("--order", choices=ORDERS, default=DEFAULT.order, help=order_help)
+    create.add_argument("--operator", choices=OPERATORS, default=DEFAULT.operator, help="default incr")
+    create.add_argument("--ties", choices=TIES, default=DEFAULT.ties, help="default shared")
+    list_ = leaves.add_parser("list", help="every board with its definition, by name")
+    list_.add_argument("--page-size", type=int, default=PAGE_SIZE, help=f"boards per read (default {PAGE_SIZE})")
+    show = leaves.add_parser("show", help="one board: definition, size, version, as_of")
+    show.add_argument("name")
+    for leaf, command in ((create, _create), (list_, _list), (show, _show)):
+        add_options(leaf, settings, only=("redis",))
+        leaf.add_argument("--json", action="store_true", help="print JSON instead of text")
+        leaf.set_defaults(run=partial(_run, settings, command))
+
+
+def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespace) -> int:
+    """One client per command, always closed; Redis failures become one line and exit 3, not a traceback."""
+    url = str(settings_from(settings, args).model_dump()["redis"])
+    where = f"hotboard boards {args.boards_command}"
+
+    async def main() -> int:
+        try:  # one quick retry: a person is waiting, the worker's patient reconnect policy is not wanted here
+            client = Redis.from_url(url, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5)
+        except ValueError as exc:  # redis-py's answer to a malformed URL
+            raise Refused(f"invalid --redis {url!r}: {exc}") from exc
+        try:
+            return await command(client, args)
+        finally:
+            await client.aclose()
+
+    try:
+        return asyncio.run(main())
+    except (Refused, DefinitionError) as exc:
+        _err(f"{where}: {exc}")
+        return exc.code if isinstance(exc, Refused) else EXIT_CONFIG
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        _err(f"{where}: Redis unreachable at {url}: {exc}")
+        return EXIT_UNAVAILABLE
+    except RedisError as exc:
+        _err(f"{where}: Redis error: {exc}")
+        return EXIT_UNAVAILABLE
+
+
+async def _create(redis: Redis, args: argparse.Namespace) -> int:
+    done = await board_store.declare(redis, args.name, BoardDef(args.order, args.operator, args.ties))
+    if args.json:
+        _print_json({"board": args.name, "outcome": done.outcome, **_definition(done.definition),
+                     "previous": done.previous.spec})  # fmt: skip
+    elif done.outcome == "replaced":
+        _out(f"replaced {args.name}: {done.definition.spec} (was {done.previous.spec})")
+    else:
+        _out(f"{done.outcome} {args.name}: {done.definition.spec}")
+    return 0
+
+
+async def _list(redis: Redis, args: argparse.Namespace) -> int:
+    if args.page_size < 1:
+        raise Refused("--page-size must be at least 1")
+    rows: list[dict[str, str]] = []
+    after: str | None = None
+    while True:
+        found, after = await board_store.page(redis, after, args.page_size)
+        for name, definition in found:
+            if args.json:
+                rows.append({"board": name, **_definition(definition)})
+            else:
+                _out(f"{name}\t{definition.spec}")
+        if after is None:
+            break
+    if args.json:
+        _print_json(rows)
+    return 0
+
+
+async def _show(redis: Redis, args: argparse.Namespace) -> int:
+    board = args.name
+    if not keys.is_valid_board(board):
+        raise Refused("board must be 1-64 characters of A-Z a-z 0-9 _ . : -")
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.def_key(board))
+        pipe.zcard(keys.board_key(board))
+        pipe.hmget(keys.meta_key(board), [keys.META_VERSION, keys.META_AS_OF])
+        pipe.exists(keys.board_key(board), keys.meta_key(board))
+        stored, size, (version, as_of), written = await pipe.execute()
+    if not stored and not written:
+        raise Refused(f"no board {board!r}: not declared and never written (see hotboard boards list)",
+                      EXIT_NOT_FOUND)  # fmt: skip
+    definition = from_hash(stored)
+    created = stored.get(b"created")
+    info: dict[str, Any] = {
+        "board": board, **_definition(definition), "declared": bool(stored),
+        "created": _int(created), "size": int(size), "version": _int(version), "as_of": _int(as_of),
+    }  # fmt: skip
+    if args.json:
+        _print_json(info)
+    else:
+        width = max(map(len, info))
+        for name, value in info.items():
+            _out(f"{name.ljust(width)}  {_shown(value)}")
+    return 0
+
+
+def _definition(definition: BoardDef) -> dict[str, str]:
+    return {**definition.as_dict(), "spec": definition.spec}
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _int(raw: bytes | None) -> int | None:
+    return None if raw is None else int(raw)
+
+
+def _print_json(value: object) -> None:
+    _out(json.dumps(value, separators=(",", ":")))
+
+
+def _out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+
+
+def _err(line: str) -> None:
+    sys.stderr.write(line + "\n")

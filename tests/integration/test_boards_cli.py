@@ -1,0 +1,166 @@
+"""``hotboard boards create|list|show`` in-process against a real redis-server: idempotent create, the refusal
+once a board has scores, paged listing, and the exit codes scripts rely on (0, 1, 2, 3)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from hotboard import keys
+from hotboard.cli import main
+from hotboard.process import free_port
+
+pytestmark = pytest.mark.integration
+
+Capture = pytest.CaptureFixture[str]
+
+
+@pytest.fixture
+def sync_redis(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def run(capsys: Capture, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_create_then_same_create_is_unchanged(redis_url: str, sync_redis: redis.Redis, capsys: Capture) -> None:
+    code, out, _ = run(capsys, "boards", "create", "speed", "--order", "asc", "--operator", "best", "--redis",
+                       redis_url)  # fmt: skip
+    assert code == 0 and out == "created speed: asc/best/shared\n"
+    stored = sync_redis.hgetall(keys.def_key("speed"))
+    assert stored[b"spec"] == b"asc/best/shared" and stored[b"order"] == b"asc" and int(stored[b"created"]) > 0
+    code, out, _ = run(capsys, "boards", "create", "speed", "--order", "asc", "--operator", "best", "--json",
+                       "--redis", redis_url)  # fmt: skip
+    assert code == 0
+    assert json.loads(out) == {"board": "speed", "outcome": "unchanged", "order": "asc", "operator": "best",
+                               "ties": "shared", "spec": "asc/best/shared", "previous": "asc/best/shared"}  # fmt: skip
+
+
+def test_redis_from_the_environment(redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Capture) -> None:
+    monkeypatch.setenv("HOTBOARD_REDIS", redis_url)
+    assert run(capsys, "boards", "create", "g")[:2] == (0, "created g: desc/incr/shared\n")
+
+
+def test_changing_ties_of_an_empty_declared_board_is_allowed(redis_url: str, capsys: Capture) -> None:
+    assert run(capsys, "boards", "create", "b", "--ties", "dense", "--redis", redis_url)[0] == 0
+    code, out, _ = run(capsys, "boards", "create", "b", "--ties", "earliest", "--redis", redis_url)
+    assert code == 0 and out == "replaced b: desc/incr/earliest (was desc/incr/dense)\n"
+
+
+@pytest.mark.parametrize("written", ["zset", "meta"])
+def test_changing_a_board_with_scores_is_refused(
+    redis_url: str, sync_redis: redis.Redis, capsys: Capture, written: str
+) -> None:
+    assert run(capsys, "boards", "create", "b", "--ties", "dense", "--redis", redis_url)[0] == 0
+    if written == "zset":
+        sync_redis.zadd(keys.board_key("b"), {"alice": 5})
+    else:
+        sync_redis.hset(keys.meta_key("b"), mapping={keys.META_VERSION: 1, keys.META_AS_OF: 1})
+    code, out, err = run(capsys, "boards", "create", "b", "--ties", "shared", "--redis", redis_url)
+    assert code == 2 and out == ""
+    assert "desc/incr/dense" in err and "desc/incr/shared" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert sync_redis.hget(keys.def_key("b"), "spec") == b"desc/incr/dense"
+    # The same definition is still fine on a written board.
+    assert run(capsys, "boards", "create", "b", "--ties", "dense", "--redis", redis_url)[:2] == (
+        0, "unchanged b: desc/incr/dense\n")  # fmt: skip
+
+
+def test_undeclared_board_with_scores_keeps_the_default(
+    redis_url: str, sync_redis: redis.Redis, capsys: Capture
+) -> None:
+    sync_redis.zadd(keys.board_key("old"), {"alice": 5})
+    code, _, err = run(capsys, "boards", "create", "old", "--order", "asc", "--redis", redis_url)
+    assert code == 2 and "desc/incr/shared" in err and "asc/incr/shared" in err
+    assert not sync_redis.exists(keys.def_key("old"))
+    # Declaring the default it already has is allowed and records it.
+    code, out, _ = run(capsys, "boards", "create", "old", "--redis", redis_url)
+    assert code == 0 and out == "created old: desc/incr/shared\n"
+
+
+def test_invalid_name_and_choice_exit_2(redis_url: str, capsys: Capture) -> None:
+    code, _, err = run(capsys, "boards", "create", "no spaces", "--redis", redis_url)
+    assert code == 2 and "1-64 characters" in err
+    assert run(capsys, "boards", "show", "x" * 65, "--redis", redis_url)[0] == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["boards", "create", "b", "--ties", "fair", "--redis", redis_url])
+    assert exit_.value.code == 2
+    assert "shared" in capsys.readouterr().err
+
+
+def test_list_walks_every_page(redis_url: str, sync_redis: redis.Redis, capsys: Capture) -> None:
+    assert run(capsys, "boards", "list", "--redis", redis_url) == (0, "", "")
+    assert run(capsys, "boards", "list", "--json", "--redis", redis_url)[:2] == (0, "[]\n")
+    names = [f"b{i:03d}" for i in range(250)]
+    for name in names[:-1]:
+        assert run(capsys, "boards", "create", name, "--redis", redis_url)[0] == 0
+    assert run(capsys, "boards", "create", names[-1], "--ties", "lexical", "--redis", redis_url)[0] == 0
+    sync_redis.zadd(keys.BOARD_INDEX_KEY, {"flushed-only": 0})  # flushed by a worker, never declared
+
+    code, out, _ = run(capsys, "boards", "list", "--page-size", "7", "--redis", redis_url)
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 251
+    assert lines[0] == "b000\tdesc/incr/shared" and lines[249] == "b249\tdesc/incr/lexical"
+    assert lines[250] == "flushed-only\tdesc/incr/shared"
+
+    code, out, _ = run(capsys, "boards", "list", "--json", "--redis", redis_url)  # default page size, 3 pages
+    rows = json.loads(out)
+    assert code == 0 and [r["board"] for r in rows] == [*names, "flushed-only"]
+    assert rows[249] == {"board": "b249", "order": "desc", "operator": "incr", "ties": "lexical",
+                         "spec": "desc/incr/lexical"}  # fmt: skip
+    assert run(capsys, "boards", "list", "--page-size", "0", "--redis", redis_url)[0] == 2
+
+
+def test_show_text_and_json(redis_url: str, sync_redis: redis.Redis, capsys: Capture) -> None:
+    assert run(capsys, "boards", "create", "race", "--order", "asc", "--ties", "dense", "--redis", redis_url)[0] == 0
+    code, out, _ = run(capsys, "boards", "show", "race", "--json", "--redis", redis_url)
+    info = json.loads(out)
+    assert code == 0 and info["created"] > 0
+    assert info == {"board": "race", "order": "asc", "operator": "incr", "ties": "dense", "spec": "asc/incr/dense",
+                    "declared": True, "created": info["created"], "size": 0, "version": None,
+                    "as_of": None}  # fmt: skip
+
+    sync_redis.zadd(keys.board_key("race"), {"a": 1, "b": 2, "c": 3})
+    sync_redis.hset(keys.meta_key("race"), mapping={keys.META_VERSION: 4, keys.META_AS_OF: 1_700_000_000_123})
+    code, out, _ = run(capsys, "boards", "show", "race", "--redis", redis_url)
+    fields = dict(line.split(None, 1) for line in out.splitlines())
+    assert code == 0
+    assert fields["spec"] == "asc/incr/dense" and fields["declared"] == "yes" and fields["size"] == "3"
+    assert fields["version"] == "4" and fields["as_of"] == "1700000000123"
+
+
+def test_show_an_undeclared_board_with_scores(redis_url: str, sync_redis: redis.Redis, capsys: Capture) -> None:
+    sync_redis.zadd(keys.board_key("global"), {"a": 1})
+    code, out, _ = run(capsys, "boards", "show", "global", "--json", "--redis", redis_url)
+    info = json.loads(out)
+    assert code == 0 and info["spec"] == "desc/incr/shared" and info["declared"] is False
+    assert info["size"] == 1 and info["created"] is None
+
+
+def test_show_an_unknown_board_exits_1(redis_url: str, capsys: Capture) -> None:
+    code, out, err = run(capsys, "boards", "show", "nope", "--redis", redis_url)
+    assert code == 1 and out == "" and "no board 'nope'" in err
+
+
+@pytest.mark.parametrize("argv", [["create", "b"], ["list"], ["show", "b", "--json"]])
+def test_unreachable_redis_exits_3_in_one_line(argv: list[str], capsys: Capture) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    code, out, err = run(capsys, "boards", *argv, "--redis", url)
+    assert code == 3 and out == ""
+    assert err.startswith(f"hotboard boards {argv[0]}: Redis unreachable at {url}")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_malformed_redis_url_exits_2(capsys: Capture) -> None:
+    code, _, err = run(capsys, "boards", "list", "--redis", "http://nowhere")
+    assert code == 2 and "invalid --redis" in err
