@@ -1,0 +1,137 @@
+"""The reference model of board semantics, computed without hotboard's fold: every event applied one by one, in
+offset order, exactly as the issue states it (and the driver that feeds the same events through the real
+fold, window by window, as the worker's intake does)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import orjson
+
+from flusher.batch import BoardBatch
+from hotboard.boards import BoardDef
+from hotboard.codec import Decoder, decode_all
+from ingest.window import Window
+
+#: player -> (score, tie time): tie time is the event time of the last event that changed the score.
+Board = dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Ev:
+    player: str
+    op: str | None  # None: the board's operator
+    amount: int
+    ts: int
+    meta: dict[str, object] | None = None
+
+    def value(self, board: str, definition: BoardDef) -> bytes:
+        operator = self.op or definition.operator
+        body: dict[str, object] = {"board": board, "player": self.player, "ts": self.ts}
+        body["delta" if operator in ("incr", "decr") else "score"] = self.amount
+        if self.op is not None:
+            body["op"] = self.op
+        if self.meta is not None:
+            body["meta"] = self.meta
+        return orjson.dumps(body)
+
+
+def reference(events: Sequence[Ev], definition: BoardDef) -> tuple[Board, dict[str, bytes]]:
+    """Scores with tie times, and the last meta per player."""
+    board: Board = {}
+    metas: dict[str, bytes] = {}
+    desc = definition.order == "desc"
+    for e in events:
+        op = e.op or definition.operator
+        old = board.get(e.player)
+        value = None if old is None else old[0]
+        if op == "incr":
+            new = (value or 0) + e.amount
+        elif op == "decr":
+            new = max((value or 0) - e.amount, 0)
+        elif op == "set" or value is None:
+            new = e.amount
+        else:
+            new = max(value, e.amount) if desc else min(value, e.amount)
+        if old is None or new != old[0]:
+            board[e.player] = (new, e.ts)
+        if e.meta is not None:
+            metas[e.player] = orjson.dumps(e.meta)
+    return board, metas
+
+
+def random_events(rng: random.Random, definition: BoardDef, count: int, players: int, mixed: bool) -> list[Ev]:
+    """Events of the board's operator, or (``mixed``) of every operator; small amounts, many ties, equal times."""
+    out: list[Ev] = []
+    for i in range(count):
+        op = rng.choice(["incr", "decr", "set", "best", None]) if mixed else None
+        operator = op or definition.operator
+        amount = rng.randint(0, 4) if operator == "decr" else rng.randint(-3, 6)
+        meta = {"name": f"n{i}"} if rng.random() < 0.1 else None
+        out.append(Ev(f"p{rng.randrange(players)}", op, amount, 1_000 + i // 3, meta))
+    return out
+
+
+def partition_of(player: str, partitions: int) -> int:
+    return sum(player.encode()) % partitions
+
+
+def fold_windows(
+    board: str, definition: BoardDef, events: Sequence[Ev], cuts: Sequence[int], partitions: int, max_players: int
+) -> list[list[BoardBatch]]:
+    """The events as the worker folds them: keyed by player into ``partitions``, cut into windows at ``cuts``
+    (indices into ``events``), each window's records through the fast loop and then the general fold, as
+    ``ingest.intake`` does. Returns each window's batches."""
+    decoder = Decoder()
+    offsets = [0] * partitions
+    records: list[tuple[int, SimpleNamespace]] = []
+    for e in events:
+        p = partition_of(e.player, partitions)
+        records.append((p, SimpleNamespace(offset=offsets[p], value=e.value(board, definition), timestamp=e.ts)))
+        offsets[p] += 1
+    fast: list[dict[str, BoardDef]] = [{} for _ in range(partitions)]
+    clear: list[set[str]] = [set() for _ in range(partitions)]
+    windows: list[list[BoardBatch]] = []
+    bounds = [0, *sorted(cuts), len(records)]
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        window = Window()
+        for p in range(partitions):
+            mine = [r for q, r in records[start:end] if q == p]
+            if not mine:
+                continue
+            fold = window.fold_for(p)
+            steady = fold.fold_batch(mine, fast[p], decoder)
+            rest = mine[steady.consumed :]
+            if rest:
+                fold.fold_checked(rest, decode_all(rest, decoder), {board: -1}, clear[p], {board: definition}, fast[p])
+        windows.append(window.batches(max_players)[0])
+    return windows
+
+
+def emulate(windows: Sequence[Sequence[BoardBatch]]) -> tuple[dict[str, tuple[int, int | None]], dict[str, bytes]]:
+    """What the flush scripts do with the batches, in Python (hotboard.operators / hotboard.earliest): checks the
+    fold and the merge without Redis; the Redis test checks the scripts against the reference itself."""
+    from hotboard import earliest, operators
+
+    scores: dict[str, tuple[int, int | None]] = {}
+    metas: dict[str, bytes] = {}
+    for batches in windows:
+        for batch in batches:
+            desc = batch.definition.order == "desc"
+            for player, delta in batch.deltas.items():
+                old = scores.get(player)
+                scores[player] = ((old[0] if old else 0) + delta, None)
+            for player, state in (batch.states or {}).items():
+                old = scores.get(player)
+                scores[player] = (operators.result(state, old[0] if old else None), None)
+            for player, steps in (batch.steps or {}).items():
+                old = scores.get(player)
+                start = None if old is None or old[1] is None else (old[0], old[1])
+                replayed = earliest.replay(steps, start, desc)
+                assert replayed is not None
+                scores[player] = replayed
+            metas.update(batch.metas or {})
+    return scores, metas
