@@ -10,9 +10,6 @@ import re
 
 PREFIX = "hb"
 
-#: Set of every board name a worker has ever flushed; lets a worker find the watermarks of a partition
-#: without scanning the keyspace.
-BOARDS_KEY = f"{PREFIX}:boards"
 #: Every board flushed or declared, as a sorted set of names (all scores 0): ``GET /v1/boards`` pages it by
 #: name with ZRANGEBYLEX, never one reply with every board.
 BOARD_INDEX_KEY = f"{PREFIX}:board-index"

@@ -4,6 +4,7 @@ fold, window by window, as the worker's intake does)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ def random_events(rng: random.Random, definition: BoardDef, count: int, players:
         op = rng.choice(["incr", "decr", "set", "best", None]) if mixed else None
         operator = op or definition.operator
         amount = rng.randint(0, 4) if operator == "decr" else rng.randint(-3, 6)
-        meta = {"name": f"n{i}"} if rng.random() < 0.1 else None
+        meta: dict[str, object] | None = {"name": f"n{i}"} if rng.random() < 0.1 else None
         out.append(Ev(f"p{rng.randrange(players)}", op, amount, 1_000 + i // 3, meta))
     return out
 
@@ -96,7 +97,7 @@ def fold_windows(
     clear: list[set[str]] = [set() for _ in range(partitions)]
     windows: list[list[BoardBatch]] = []
     bounds = [0, *sorted(cuts), len(records)]
-    for start, end in zip(bounds, bounds[1:], strict=False):
+    for start, end in itertools.pairwise(bounds):
         window = Window()
         for p in range(partitions):
             mine = [r for q, r in records[start:end] if q == p]

@@ -251,7 +251,7 @@ def test_checkpoints_beyond_the_log_end_halt_instead_of_skipping(
     r = redis.Redis.from_url(redis_server.url)
     r.hset(keys.checkpoint_key(topic), "0", 1000)
     r.hset(keys.applied_key("global"), keys.watermark_field(topic, 0), 1000)
-    r.sadd(keys.BOARDS_KEY, "global")
+    r.zadd(keys.BOARD_INDEX_KEY, {"global": 0})
     Feeder(kafka, topic, _events("global", 5, 100), rate=0).finish()
     worker = spawn(redis_server.url, topic)
     worker.wait_metric("hotboard_redis_data_loss", 1)

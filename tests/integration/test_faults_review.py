@@ -71,7 +71,7 @@ async def test_a_log_end_halt_holds_when_the_new_log_grows_past_the_checkpoint(
     r = redis.Redis.from_url(redis_url)
     r.hset(keys.checkpoint_key(topic), "0", 1000)
     r.hset(keys.applied_key("global"), keys.watermark_field(topic, 0), 1000)
-    r.sadd(keys.BOARDS_KEY, "global")
+    r.zadd(keys.BOARD_INDEX_KEY, {"global": 0})
     first = [Event("global", f"p{i % 5}", 1, None) for i in range(100)]
     await publish(kafka, topic, first)
     settings = _settings(kafka, redis_url, topic, f"g-{topic}", halt_recheck_s=1.0)

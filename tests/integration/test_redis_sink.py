@@ -32,7 +32,7 @@ async def test_apply_then_fence_then_idempotent_retry(redis_client: Redis) -> No
     assert await redis_client.hgetall(keys.applied_key("g")) == {b"scores:0": b"9", b"scores:3": b"4"}
     meta = await redis_client.hgetall(keys.meta_key("g"))
     assert meta[b"version"] == b"1" and int(meta[b"as_of"]) > 1_700_000_000_000
-    assert await redis_client.smembers(keys.BOARDS_KEY) == {b"g"}
+    assert await redis_client.zrange(keys.BOARD_INDEX_KEY, 0, -1) == [b"g"]
 
     # The reply was lost and the same window is sent again: recognised, not applied twice.
     [again] = await sink.flush([batch], _expect({}))

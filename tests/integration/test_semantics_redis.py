@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import cast
 
 import pytest
 from redis.asyncio import Redis
@@ -15,14 +16,22 @@ from flusher.redis_sink import RedisSink
 from hotboard import board_store, earliest, keys
 from hotboard.boards import OPERATORS, ORDERS, TIES, BoardDef
 from hotboard.keys import MAX_EXACT
-from tests.semantics import fold_windows, random_events, reference
+from tests.semantics import Ev, fold_windows, random_events, reference
 
 pytestmark = pytest.mark.integration
 
 
+async def _hash(redis: Redis, key: str) -> dict[bytes, bytes]:
+    return cast("dict[bytes, bytes]", await redis.hgetall(key))
+
+
+def _pairs(rows: object) -> list[tuple[bytes, float]]:
+    return cast("list[tuple[bytes, float]]", rows)
+
+
 async def stored(redis: Redis, board: str, definition: BoardDef) -> dict[str, tuple[int, int | None]]:
     """player -> (score, tie time or None), decoded from the layout in hotboard.boards."""
-    rows = await redis.zrange(keys.board_key(board), 0, -1, withscores=True)
+    rows = cast("list[tuple[bytes, float]]", await redis.zrange(keys.board_key(board), 0, -1, withscores=True))
     out: dict[str, tuple[int, int | None]] = {}
     for raw, score in rows:
         member = raw.decode()
@@ -32,16 +41,18 @@ async def stored(redis: Redis, board: str, definition: BoardDef) -> dict[str, tu
         else:
             out[member] = (value, None)
     if definition.earliest:
-        mapping = {k.decode(): v.decode() for k, v in (await redis.hgetall(keys.members_key(board))).items()}
+        mapping = {k.decode(): v.decode() for k, v in (await _hash(redis, keys.members_key(board))).items()}
         assert {p: earliest.member(t, p) for p, (_, t) in out.items() if t is not None} == mapping
     return out
 
 
 async def check_dense(redis: Redis, board: str, scores: dict[str, tuple[int, int | None]]) -> None:
     counts = Counter(v for v, _ in scores.values())
-    held = {int(k): int(v) for k, v in (await redis.hgetall(keys.counts_key(board))).items()}
+    held = {int(k): int(v) for k, v in (await _hash(redis, keys.counts_key(board))).items()}
     assert held == dict(counts)
-    distinct = [(m.decode(), int(s)) for m, s in await redis.zrange(keys.dense_key(board), 0, -1, withscores=True)]
+    distinct = [
+        (m.decode(), int(s)) for m, s in _pairs(await redis.zrange(keys.dense_key(board), 0, -1, withscores=True))
+    ]
     assert distinct == [(str(v), v) for v in sorted(counts)]
 
 
@@ -76,7 +87,7 @@ async def test_every_definition_equals_the_reference(redis_client: Redis, order:
             assert got == expected
         if ties == "dense":
             await check_dense(redis_client, board, got)
-        held = {k.decode(): v for k, v in (await redis_client.hgetall(keys.player_meta_key(board))).items()}
+        held = {k.decode(): v for k, v in (await _hash(redis_client, keys.player_meta_key(board))).items()}
         assert held == metas
 
 
@@ -90,14 +101,15 @@ async def test_a_definition_declared_while_folding_refuses_the_window(redis_clie
     assert await redis_client.exists(keys.board_key("late"), keys.applied_key("late"), keys.meta_key("late")) == 0
 
 
-@pytest.mark.parametrize("definition", [BoardDef("desc", "set", "earliest"), BoardDef("asc", "best", "earliest"),
-                                        BoardDef("desc", "best", "dense"), BoardDef("desc", "set", "shared")])  # fmt: skip
+EDGES = [BoardDef("desc", "set", "earliest"), BoardDef("asc", "best", "earliest"), BoardDef("desc", "best", "dense"),
+         BoardDef("desc", "set", "shared")]  # fmt: skip
+
+
+@pytest.mark.parametrize("definition", EDGES)
 async def test_scores_at_the_precision_boundary_stay_exact(redis_client: Redis, definition: BoardDef) -> None:
     """Ties among scores at +-(2^53 - 1), where score x 10^13 + time composites lose every digit of the time."""
     sink = RedisSink(redis_client, "scores")
     await board_store.declare(redis_client, "edge", definition)
-    from tests.semantics import Ev
-
     top = MAX_EXACT
     events = [Ev("a", "set", top, 5), Ev("b", "set", top, 3), Ev("c", "set", top - 1, 1), Ev("d", "set", -top, 2),
               Ev("e", "set", -top, 9), Ev("a", "best", top, 7)]  # fmt: skip
@@ -107,6 +119,6 @@ async def test_scores_at_the_precision_boundary_stay_exact(redis_client: Redis, 
     assert {p: v for p, (v, _) in got.items()} == {p: v for p, (v, _) in expected.items()}
     if definition.earliest:
         assert got == expected
-        rows = [m.decode()[16:] for m in await redis_client.zrange(keys.board_key("edge"), 0, -1)]
+        rows = [m.decode()[16:] for m in cast("list[bytes]", await redis_client.zrange(keys.board_key("edge"), 0, -1))]
         # read order: best first, equal scores by tie time (b reached 2^53-1 at 3, before a at 5)
         assert rows == (["b", "a", "c", "d", "e"] if definition.order == "desc" else ["d", "e", "c", "b", "a"])

@@ -12,7 +12,10 @@ def test_layout() -> None:
     assert keys.applied_key("global") == "hb:{global}:applied"
     assert keys.meta_key("global") == "hb:{global}:meta"
     assert keys.watermark_field("scores", 3) == "scores:3"
-    assert keys.BOARDS_KEY == "hb:boards"
+    assert keys.BOARD_INDEX_KEY == "hb:board-index"
+    for make, suffix in ((keys.def_key, "def"), (keys.player_meta_key, "pmeta"), (keys.members_key, "members"),
+                         (keys.dense_key, "dense"), (keys.counts_key, "counts")):  # fmt: skip
+        assert make("global") == "hb:{global}:" + suffix
 
 
 def _slot_tag(key: str) -> str:
