@@ -16,6 +16,8 @@ step (on other boards after each window; both are exact within the bound).
 from __future__ import annotations
 
 from hotboard.boards import TIE_DIGITS
+
+__all__ = ["TIE_DIGITS", "Step", "member", "player_of", "push", "replay", "tie_text"]
 from hotboard.keys import MAX_EXACT
 
 #: (operator, amount, event time in ms): operator is incr, decr, set, best or put.

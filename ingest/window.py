@@ -60,6 +60,8 @@ class PartitionFold:
     ops: dict[str, dict[str, OpState]] = field(default_factory=dict)
     #: board -> player -> steps to replay, for ``earliest`` boards (see :mod:`hotboard.earliest`).
     steps: dict[str, dict[str, list[Step]]] = field(default_factory=dict)
+    #: Steps held in ``steps`` (kept as the fold goes: counting them would cost a walk per call).
+    step_count: int = 0
     #: board -> player -> the last ``meta`` seen (compact JSON).
     metas: dict[str, dict[str, bytes]] = field(default_factory=dict)
     #: board -> the definition its events were folded under (the flush script checks it is still the one).
@@ -200,8 +202,10 @@ class PartitionFold:
         if definition.earliest:
             # the tie time comes from the record, never a clock: a replay ranks ties exactly as the first pass
             when = ts if ts is not None else max(int(record.timestamp or 0), 0)
-            table = self.steps.setdefault(board, {})
-            earliest.push(table.setdefault(player, []), (operator, amount, when), definition.order == "desc")
+            steps = self.steps.setdefault(board, {}).setdefault(player, [])
+            before = len(steps)
+            earliest.push(steps, (operator, amount, when), definition.order == "desc")
+            self.step_count += len(steps) - before
         elif operator == "incr" and board not in self.ops:
             self.boards[board][player] += amount
         else:
@@ -211,9 +215,8 @@ class PartitionFold:
             states[player] = op_fold(states.get(player), op_event(operator, amount, definition.order))
 
     def pending_players(self) -> int:
-        """Board-player pairs pending (every form), and the steps beyond the first of ``earliest`` players."""
-        steps = sum(len(s) for table in self.steps.values() for s in table.values())
-        return sum(map(len, self.boards.values())) + sum(map(len, self.ops.values())) + steps
+        """Board-player pairs pending (the sum and clamp forms) plus every step held for ``earliest`` players."""
+        return sum(map(len, self.boards.values())) + sum(map(len, self.ops.values())) + self.step_count
 
     def _settle(
         self,

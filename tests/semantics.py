@@ -9,6 +9,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 import orjson
 
@@ -136,3 +137,24 @@ def emulate(windows: Sequence[Sequence[BoardBatch]]) -> tuple[dict[str, tuple[in
                 scores[player] = replayed
             metas.update(batch.metas or {})
     return scores, metas
+
+
+def read_board(r: Any, board: str, definition: BoardDef) -> Board:
+    """player -> (score, tie time; 0 unless ``earliest``), decoded from the layout in hotboard.boards (a sync
+    redis client)."""
+    from hotboard import earliest, keys
+
+    out: Board = {}
+    for raw, score in r.zrange(keys.board_key(board), 0, -1, withscores=True):
+        member = raw.decode()
+        value = int(score) * definition.sign
+        if definition.earliest:
+            out[earliest.player_of(member)] = (value, int(member[: earliest.TIE_DIGITS]))
+        else:
+            out[member] = (value, 0)
+    return out
+
+
+def comparable(board: Board, definition: BoardDef) -> Board:
+    """Tie times matter on ``earliest`` boards only."""
+    return board if definition.earliest else {p: (v, 0) for p, (v, _) in board.items()}

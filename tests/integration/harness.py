@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -73,6 +73,18 @@ def wait_exact(url: str, expected: Totals, timeout_s: float = 60.0) -> Totals:
                 return actual
         time.sleep(0.25)
     raise AssertionError(f"boards not exact after {timeout_s:.0f}s: {diff(expected, actual)}")
+
+
+def wait_for(check: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+    """Poll ``check`` until it holds twice, a window apart (a double count would show as a later overshoot)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            time.sleep(1.5)
+            if check():
+                return
+        time.sleep(0.25)
+    raise AssertionError(f"not reached within {timeout_s:.0f}s: {what}")
 
 
 class WorkerProcess:

@@ -230,3 +230,24 @@ def test_fold_batch_agrees_with_the_codec_on_every_input() -> None:
     assert fold.entries == len(reference)
     assert fold.last_offset == len(values) - 1
     assert fold.min_ts_ms == fold.max_ts_ms == 1700000000000
+
+
+def test_shares_of_different_forms_merge_in_partition_order() -> None:
+    """One player fed by two partitions: partition 0 summed +5, partition 1 set it to 3 then added 1. The merged
+    batch is one clamp: +5 then set 3 then +1, i.e. 4 whatever the score before; the partitions' own dicts are
+    not touched (a failed flush builds the batches again)."""
+    from hotboard.boards import BoardDef
+    from hotboard.operators import result
+
+    w = Window()
+    _fold(w, 0, 0, "g", "x", 5)
+    records = [SimpleNamespace(offset=0, value=orjson.dumps({"board": "g", "player": "x", "op": "set", "score": 3}),
+                               timestamp=0), SimpleNamespace(offset=1, value=_rec(1, "g", "x", 1).value, timestamp=0)]  # fmt: skip
+    fold = w.fold_for(1)
+    fold.fold_checked(records, decode_all(records, Decoder()), {"g": -1}, set(), {"g": BoardDef()}, {})
+    [batch] = w.batches(100)[0]
+    assert batch.states is not None and batch.deltas == {} and batch.offsets == {0: 0, 1: 1}
+    assert result(batch.states["x"], 100) == 4 and result(batch.states["x"], None) == 4
+    assert w.parts[0].boards["g"] == {"x": 5} and "x" in w.parts[1].ops["g"]
+    [again] = w.batches(100)[0]
+    assert again.states == batch.states

@@ -1,0 +1,134 @@
+"""Board semantics through the whole fleet: declared boards of every kind, mixed operators and metadata, one
+worker killed with SIGKILL while events flow; every board ends equal to the reference computed from the events,
+scores and tie times, and a definition declared while workers run is honoured before the board's first event."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from hotboard import board_store, keys
+from hotboard.boards import BoardDef
+from hotboard.devstack import RedisServer
+from tests.integration.conftest import Spawn
+from tests.integration.harness import Feeder, wait_for
+from tests.semantics import Ev, comparable, random_events, read_board, reference
+
+pytestmark = pytest.mark.integration
+
+BOARDS = {
+    "race": BoardDef("desc", "best", "earliest"),
+    "speedrun": BoardDef("asc", "best", "dense"),
+    "coins": BoardDef("desc", "incr", "shared"),  # with op overrides: set, decr, best
+    "lives": BoardDef("desc", "decr", "earliest"),
+    "level": BoardDef("asc", "set", "lexical"),
+}
+
+
+async def _declare(url: str) -> None:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(url)
+    try:
+        for board, definition in BOARDS.items():
+            await board_store.declare(client, board, definition)
+    finally:
+        await client.aclose()
+
+
+def _records(events: dict[str, list[Ev]], rng: random.Random) -> list[tuple[bytes, bytes]]:
+    """The boards' events interleaved at random, each board's in its own order, keyed by player."""
+    queues = {b: list(reversed(e)) for b, e in events.items()}
+    out: list[tuple[bytes, bytes]] = []
+    while queues:
+        board = rng.choice(sorted(queues))
+        e = queues[board].pop()
+        if not queues[board]:
+            del queues[board]
+        out.append((e.player.encode(), e.value(board, BOARDS[board])))
+    return out
+
+
+def _exact(url: str, expected: dict[str, dict[str, tuple[int, int]]]) -> Callable[[], bool]:
+    def check() -> bool:
+        r = redis.Redis.from_url(url)
+        try:
+            return all(comparable(read_board(r, b, BOARDS[b]), BOARDS[b]) == want for b, want in expected.items())
+        finally:
+            r.close()
+
+    return check
+
+
+def test_every_board_kind_is_exact_through_kill_9(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    import asyncio
+
+    asyncio.run(_declare(redis_server.url))
+    rng = random.Random(10)
+    events = {b: random_events(rng, d, 6000, players=300, mixed=b == "coins") for b, d in BOARDS.items()}
+    expected = {b: comparable(reference(e, BOARDS[b])[0], BOARDS[b]) for b, e in events.items()}
+    topic = topic_factory(4)
+    victim = spawn(redis_server.url, topic, "victim")
+    steady = spawn(redis_server.url, topic, "steady")
+    feeder = Feeder(kafka, topic, _records(events, rng), rate=2500)  # 12 s of events: the kills land in them
+    feeder.start()
+    for _ in range(2):
+        victim.wait_ready()
+        victim.wait_metric("hotboard_windows_total", 1, result="flushed")
+        assert feeder.is_alive(), "the events ran out before the kills: the test would prove nothing"
+        victim.kill()
+        victim.start()
+    feeder.finish()
+    wait_for(_exact(redis_server.url, expected), timeout_s=90, what="every board equal to the reference")
+    r = redis.Redis.from_url(redis_server.url)
+    try:
+        metas = {b: reference(e, BOARDS[b])[1] for b, e in events.items()}
+        for board, want in metas.items():
+            assert {k.decode(): v for k, v in r.hgetall(keys.player_meta_key(board)).items()} == want
+    finally:
+        r.close()
+    assert steady.metric("hotboard_rebalances_total") >= 2
+
+
+def test_a_board_declared_while_workers_run_is_honoured_before_its_first_event(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    import asyncio
+
+    from redis.asyncio import Redis
+
+    topic = topic_factory(2)
+    worker = spawn(redis_server.url, topic)
+    worker.wait_ready()
+    warm = [Ev(f"w{i}", None, 1, 1) for i in range(50)]
+    Feeder(kafka, topic, [(e.player.encode(), e.value("warm", BoardDef())) for e in warm], rate=0).finish()
+    worker.wait_metric("hotboard_windows_total", 1, result="flushed")
+
+    definition = BoardDef("desc", "best", "earliest")
+
+    async def declare() -> None:
+        client = Redis.from_url(redis_server.url)
+        try:
+            await board_store.declare(client, "fresh", definition)
+        finally:
+            await client.aclose()
+
+    asyncio.run(declare())
+    events = [Ev("a", None, 5, 10), Ev("a", None, 3, 11), Ev("b", None, 5, 9), Ev("c", None, 7, 12)]
+    Feeder(kafka, topic, [(e.player.encode(), e.value("fresh", definition)) for e in events], rate=0).finish()
+    expected = comparable(reference(events, definition)[0], definition)
+    assert expected == {"a": (5, 10), "b": (5, 9), "c": (7, 12)}
+
+    def exact() -> bool:
+        r = redis.Redis.from_url(redis_server.url)
+        try:
+            return read_board(r, "fresh", definition) == expected
+        finally:
+            r.close()
+
+    wait_for(exact, timeout_s=30, what="the declared board's best scores and tie times")
