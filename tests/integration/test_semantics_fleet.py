@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import cast
 
 import pytest
 import redis
@@ -89,7 +90,8 @@ def test_every_board_kind_is_exact_through_kill_9(
     try:
         metas = {b: reference(e, BOARDS[b])[1] for b, e in events.items()}
         for board, want in metas.items():
-            assert {k.decode(): v for k, v in r.hgetall(keys.player_meta_key(board)).items()} == want
+            held = cast("dict[bytes, bytes]", r.hgetall(keys.player_meta_key(board)))
+            assert {k.decode(): v for k, v in held.items()} == want
     finally:
         r.close()
     assert steady.metric("hotboard_rebalances_total") >= 2

@@ -241,8 +241,8 @@ def test_shares_of_different_forms_merge_in_partition_order() -> None:
 
     w = Window()
     _fold(w, 0, 0, "g", "x", 5)
-    records = [SimpleNamespace(offset=0, value=orjson.dumps({"board": "g", "player": "x", "op": "set", "score": 3}),
-                               timestamp=0), SimpleNamespace(offset=1, value=_rec(1, "g", "x", 1).value, timestamp=0)]  # fmt: skip
+    set_3 = orjson.dumps({"board": "g", "player": "x", "op": "set", "score": 3})
+    records = [SimpleNamespace(offset=0, value=set_3, timestamp=0), _rec(1, "g", "x", 1)]
     fold = w.fold_for(1)
     fold.fold_checked(records, decode_all(records, Decoder()), {"g": -1}, set(), {"g": BoardDef()}, {})
     [batch] = w.batches(100)[0]
