@@ -79,7 +79,7 @@ async def run_variant(url: str, definition: BoardDef, args: argparse.Namespace, 
         for batches in windows[1:]:
             await flush(batches)
         took = time.perf_counter() - started
-        return args.players * args.windows / took
+        return float(args.players * args.windows) / took
     finally:
         await redis.aclose()
 
