@@ -37,7 +37,8 @@ BAD_RECORDS: list[tuple[bytes, Reason]] = [
     (b"[1, 2, 3]", Reason.NOT_OBJECT),
     (b'{"board": "global", "delta": 5}', Reason.MISSING_FIELD),
     (b'{"board": "global", "player": "p-1", "delta": 1.5}', Reason.BAD_TYPE),
-    (b'{"board": "global", "player": "p-1", "delta": 1, "op": "set"}', Reason.UNSUPPORTED_OP),
+    (b'{"board": "global", "player": "p-1", "delta": 1, "op": "max"}', Reason.UNSUPPORTED_OP),
+    (b'{"board": "global", "player": "p-1", "delta": 9007199254740992}', Reason.OUT_OF_RANGE),
 ]
 
 

@@ -32,11 +32,15 @@ POISON: list[tuple[bytes, str]] = [
     (b'{"player": "p-1", "delta": 1.5}', "bad_type"),
     (b'{"player": "p-1", "delta": true}', "bad_type"),
     (b'{"player": "p-1", "delta": "7"}', "bad_type"),
-    (b'{"player": "p-1", "delta": 9007199254740992}', "bad_value"),
+    (b'{"player": "p-1", "delta": 9007199254740992}', "out_of_range"),
     (b'{"player": "p-1", "delta": 1, "board": "no spaces allowed"}', "bad_value"),
     (b'{"player": "", "delta": 1}', "bad_value"),
     (b'{"player": "a\\u0007b", "delta": 1}', "bad_value"),
-    (b'{"player": "p-1", "delta": 1, "op": "set"}', "unsupported_op"),
+    (b'{"player": "p-1", "delta": 1, "op": "set"}', "missing_field"),
+    (b'{"player": "p-1", "delta": 1, "op": "max"}', "unsupported_op"),
+    (b'{"player": "p-1", "op": "set", "score": -9007199254740992}', "out_of_range"),
+    (b'{"player": "p-1", "delta": 1, "meta": [1]}', "bad_type"),
+    (b'{"player": "p-1", "score": 5}', "missing_field"),  # the board's operator (incr) needs delta: found at fold time
     (b'{"player": "\xff\xfe", "delta": 1}', "bad_utf8"),
     (b'{"player": "p-1", "delta": 1, "pad": "' + b"x" * (64 * 1024) + b'"}', "too_large"),
 ]
