@@ -83,7 +83,8 @@ return out
 
 
 # --- reads (reader_api): each answer is one snapshot. Every one answers {exists, total, version, as_of, order,
-# ties, ...}; the board's definition is read inside the script, so ranks and the definition belong together.
+# ties, ...}; the board's definition is read inside the script, so ranks and the definition belong together. A
+# declared board exists before its first window (an empty board, not a 404).
 
 #: The reads' common start. KEYS: board zset, meta hash, def hash, pmeta hash, members hash, dense zset (one hash
 #: tag). Ranks follow the definition (layout in hotboard.boards): ``shared`` and ``dense`` are one ZCOUNT of the
@@ -94,7 +95,7 @@ _HEADER = f"""
 local total = redis.call('ZCARD', KEYS[1])
 local meta = redis.call('HMGET', KEYS[2], '{META_VERSION}', '{META_AS_OF}')
 local exists = 1
-if total == 0 then exists = redis.call('EXISTS', KEYS[2]) end
+if total == 0 then exists = math.min(1, redis.call('EXISTS', KEYS[2], KEYS[3])) end
 local def = redis.call('HMGET', KEYS[3], 'order', 'ties')
 local order, ties = def[1] or 'desc', def[2] or 'shared'
 local head = {{exists, total, meta[1], meta[2], order, ties}}

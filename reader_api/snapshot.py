@@ -5,9 +5,10 @@ two of them, never during one. So rank, score, neighbours, total and meta return
 describe the same board state, which several separate commands (or a non-transactional pipeline) would not.
 All keys of a board share one hash tag, so the scripts also run unchanged on Redis Cluster.
 
-Every script answers ``{exists, total, version, as_of, order, ties, ...}``; ``exists`` is 0 only when neither
-the sorted set nor the meta hash exist (an unknown board). Redis deletes an empty sorted set, so a board whose players
-all left is still "known" through its meta hash and answers with ``total`` 0.
+Every script answers ``{exists, total, version, as_of, order, ties, ...}``; ``exists`` is 0 only when none of
+the sorted set, the meta hash and the definition exist (an unknown board). Redis deletes an empty sorted set,
+so a board whose players all left is still "known" through its meta hash (and a declared board before its
+first window through its definition) and answers with ``total`` 0.
 
 A reply becomes its answer (:mod:`reader_api.answers`) in one pure function per question, tested without
 Redis. Ranks are 1-based and follow the board's definition (:mod:`hotboard.boards`), which the script reads

@@ -218,6 +218,10 @@ async def test_one_board(client: httpx.AsyncClient, redis_client: Redis) -> None
     conforms(declared, BoardInfo)
     assert declared == {"board": "speedrun", "order": "asc", "operator": "best", "ties": "earliest",
                         "declared": True, "size": 0, "as_of": None, "version": None}  # fmt: skip
+    # Declared, nothing applied yet: an empty board, not an unknown one.
+    assert await get_json(client, "/v1/boards/speedrun/top") == {"board": "speedrun", "total": 0, "entries": [],
+                                                                  "as_of": None}  # fmt: skip
+    assert (await get_json(client, "/v1/boards/speedrun/players/a", 404))["error"] == "player_not_found"
     await build(redis_client, "plain", {"a": 1, "b": 2})
     assert await get_json(client, "/v1/boards/plain") == {
         "board": "plain", "order": "desc", "operator": "incr", "ties": "shared", "declared": False, "size": 2,
