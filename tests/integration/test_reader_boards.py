@@ -198,6 +198,9 @@ async def test_boards_are_listed_in_pages(client: httpx.AsyncClient, redis_clien
     assert len(first["boards"]) == 100 and first["next"] == "board-099"
     assert (await get_json(client, "/v1/boards", after="board-248"))["boards"][0]["board"] == "board-249"
     assert await get_json(client, "/v1/boards", after="zzz") == {"boards": [], "next": None}
+    await redis_client.hdel(keys.def_key("board-120"), "spec")  # not a definition hotboard writes
+    body = await get_json(client, "/v1/boards", 503, after="board-099")
+    assert body["error"] == "corrupt_data" and keys.def_key("board-120") in body["message"]
 
 
 @pytest.mark.parametrize(
