@@ -13,7 +13,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from hotboard.boards import DEFAULT
+from hotboard.boards import DEFAULT, TIE_DIGITS
 from hotboard.keys import MAX_EXACT, META_AS_OF, META_VERSION
 
 #: The fence every flush script starts with: compare-and-set on the board's watermarks, then the definition
@@ -198,58 +198,129 @@ return out
 """
 
 
-# --- reads (reader_api): each answer is one snapshot. Every one answers {exists, total, version, as_of, ...}.
+# --- reads (reader_api): each answer is one snapshot. Every one answers {exists, total, version, as_of, order,
+# ties, ...}; the board's definition is read inside the script, so ranks and the definition belong together. A
+# declared board exists before its first window (an empty board, not a 404).
 
-#: The reads' common start: total, meta and whether the board exists. KEYS: board zset, meta hash.
+#: The reads' common start. KEYS: board zset, meta hash, def hash, pmeta hash, members hash, dense zset (one hash
+#: tag). Ranks follow the definition (layout in hotboard.boards): ``shared`` and ``dense`` are one ZCOUNT of the
+#: strictly better scores (on the board or on its distinct scores), never a walk over equal ones; ``lexical``
+#: and ``earliest`` are positions. Score bounds are Redis's own score strings ('(' .. s), never a Lua number
+#: printed back (tostring keeps 14 digits).
 _HEADER = f"""
 local total = redis.call('ZCARD', KEYS[1])
 local meta = redis.call('HMGET', KEYS[2], '{META_VERSION}', '{META_AS_OF}')
 local exists = 1
-if total == 0 then exists = redis.call('EXISTS', KEYS[2]) end
+if total == 0 then exists = math.min(1, redis.call('EXISTS', KEYS[2], KEYS[3])) end
+local def = redis.call('HMGET', KEYS[3], 'order', 'ties')
+local order, ties = def[1] or 'desc', def[2] or 'shared'
+local head = {{exists, total, meta[1], meta[2], order, ties}}
+local earliest = ties == 'earliest'
+local fair = ties == 'shared' or ties == 'dense'
+local rev = order == 'desc' and not earliest
+local function position(member)
+  if rev then return redis.call('ZREVRANK', KEYS[1], member) end
+  return redis.call('ZRANK', KEYS[1], member)
+end
+local function range(first, last)
+  if rev then return redis.call('ZREVRANGE', KEYS[1], first, last, 'WITHSCORES') end
+  return redis.call('ZRANGE', KEYS[1], first, last, 'WITHSCORES')
+end
+local function rank_of(pos, s)
+  if not fair then return pos + 1 end
+  local key = KEYS[1]
+  if ties == 'dense' then key = KEYS[6] end
+  if rev then return redis.call('ZCOUNT', key, '(' .. s, '+inf') + 1 end
+  return redis.call('ZCOUNT', key, '-inf', '(' .. s) + 1
+end
+local function metas(players)
+  if #players == 0 or redis.call('EXISTS', KEYS[4]) == 0 then return {{}} end
+  return redis.call('HMGET', KEYS[4], unpack(players))
+end
+local function page(first, flat)
+  local players, scores, ranks = {{}}, {{}}, {{}}
+  local rank, prev = 0, nil
+  for n = 1, #flat / 2 do
+    local member, s = flat[2 * n - 1], flat[2 * n]
+    if earliest then member = member:sub({TIE_DIGITS + 1}) end
+    if n == 1 then rank = rank_of(first, s)
+    elseif not fair or (ties == 'shared' and s ~= prev) then rank = first + n
+    elseif ties == 'dense' and s ~= prev then rank = rank + 1 end
+    players[n], scores[n], ranks[n], prev = member, s, rank, s
+  end
+  return {{players, scores, ranks, metas(players)}}
+end
+local function member_of(player)
+  if earliest then return redis.call('HGET', KEYS[5], player) end
+  return player
+end
 """
 
 #: ARGV: offset, limit, version the caller has cached ('' = none). Answers {2} when that version is current,
-#: so a cache hit costs one small round trip and a miss still costs only one.
+#: so a cache hit costs one small round trip and a miss still costs only one. Adds the page: {players, stored
+#: scores, ranks, metas} (metas empty when no player has any).
 TOP = f"""
 if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], '{META_VERSION}') == ARGV[3] then return {{2}} end
 {_HEADER}
 local offset = tonumber(ARGV[1])
-local page = {{}}
-if offset < total then
-  page = redis.call('ZREVRANGE', KEYS[1], offset, offset + tonumber(ARGV[2]) - 1, 'WITHSCORES')
-end
-return {{exists, total, meta[1], meta[2], page}}
+local flat = {{}}
+if offset < total then flat = range(offset, offset + tonumber(ARGV[2]) - 1) end
+head[7] = page(offset, flat)
+return head
 """
 
-#: ARGV: player. Adds {rank0, score} when the player is on the board.
+#: ARGV: player. Adds {rank, stored score, meta} when the player is on the board.
 PLAYER = f"""
 {_HEADER}
-local rank = redis.call('ZREVRANK', KEYS[1], ARGV[1])
-if not rank then return {{exists, total, meta[1], meta[2]}} end
-return {{exists, total, meta[1], meta[2], rank, redis.call('ZSCORE', KEYS[1], ARGV[1])}}
+local member = member_of(ARGV[1])
+local s = member and redis.call('ZSCORE', KEYS[1], member)
+if not s then return head end
+local pos = false
+if not fair then pos = position(member) end
+head[7], head[8], head[9] = rank_of(pos, s), s, redis.call('HGET', KEYS[4], ARGV[1])
+return head
 """
 
-#: ARGV: player, radius. Adds {first rank0, page} when the player is on the board.
+#: ARGV: player, radius. Adds {first position, page} when the player is on the board.
 AROUND = f"""
 {_HEADER}
-local rank = redis.call('ZREVRANK', KEYS[1], ARGV[1])
-if not rank then return {{exists, total, meta[1], meta[2]}} end
+local member = member_of(ARGV[1])
+local pos = member and position(member)
+if not pos then return head end
 local radius = tonumber(ARGV[2])
-local first = rank - radius
+local first = pos - radius
 if first < 0 then first = 0 end
-return {{exists, total, meta[1], meta[2], first, redis.call('ZREVRANGE', KEYS[1], first, rank + radius, 'WITHSCORES')}}
+head[7], head[8] = first, page(first, range(first, pos + radius))
+return head
 """
 
-#: ARGV: player ids. Adds two arrays parallel to ARGV: rank0 or nil, score or nil.
+#: ARGV: player ids. Adds {ids, stored scores, ranks, metas}, parallel to ARGV (nil where not on the board).
 PLAYERS = f"""
 {_HEADER}
+local members = ARGV
+if earliest then members = redis.call('HMGET', KEYS[5], unpack(ARGV)) end
 local ranks, scores = {{}}, {{}}
 for i = 1, #ARGV do
-  local rank = redis.call('ZREVRANK', KEYS[1], ARGV[i])
-  ranks[i] = rank or false
-  scores[i] = rank and redis.call('ZSCORE', KEYS[1], ARGV[i]) or false
+  local s = members[i] and redis.call('ZSCORE', KEYS[1], members[i])
+  ranks[i], scores[i] = false, false
+  if s then
+    local pos = false
+    if not fair then pos = position(members[i]) end
+    ranks[i], scores[i] = rank_of(pos, s), s
+  end
 end
-return {{exists, total, meta[1], meta[2], ranks, scores}}
+head[7] = {{ARGV, scores, ranks, metas(ARGV)}}
+return head
+"""
+
+#: What ``GET /v1/boards/{{board}}`` shows, from one snapshot. KEYS: board zset, meta hash, def hash.
+#: Answers {exists, total, version, as_of, declared, stored spec or nil}.
+BOARD = f"""
+local total = redis.call('ZCARD', KEYS[1])
+local meta = redis.call('HMGET', KEYS[2], '{META_VERSION}', '{META_AS_OF}')
+local exists = 1
+if total == 0 then exists = redis.call('EXISTS', KEYS[2]) end
+return {{exists, total, meta[1], meta[2], redis.call('EXISTS', KEYS[3]), redis.call('HGET', KEYS[3], 'spec')}}
 """
 
 

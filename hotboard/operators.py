@@ -149,12 +149,21 @@ class ScriptArgs(NamedTuple):
     absent: int
 
 
-def script_args(state: Folded) -> ScriptArgs:
+def script_args(state: Folded) -> tuple[int, int, int, int, int]:
     """``state`` with the hold folded in, for an evaluation in doubles that equals :func:`result` for every
-    ``current`` within +-MAX_EXACT. On that domain a d beyond +-2 MAX_EXACT leaves the clamp at a bound
-    either way, so it is held there and split into two halves of at most MAX_EXACT each."""
-    d, lo, hi = compose(state.op, HOLD)
-    assert lo is not None and hi is not None  # HOLD bounds both
-    d = max(-2 * MAX_EXACT, min(2 * MAX_EXACT, d))
-    d1 = _hold(d)
-    return ScriptArgs(d1, d - d1, lo, hi, _hold(state.absent))
+    ``current`` within +-MAX_EXACT: (d1, d2, lo, hi, absent) as :class:`ScriptArgs` describes. On that domain a
+    d beyond +-2 MAX_EXACT leaves the clamp at a bound either way, so it is held there and split into two halves
+    of at most MAX_EXACT each. :func:`compose` with :data:`HOLD`, inlined: this runs once per player per
+    flush (0.8 µs instead of 2.9 µs per player in the general form)."""
+    (d, lo, hi), absent = state
+    m = MAX_EXACT
+    lo = -m if lo is None or lo < -m else lo
+    hi = m if hi is None else -m if hi < -m else m if hi > m else hi
+    if lo >= hi:
+        d, lo = 0, hi
+    elif d > 2 * m:
+        d = 2 * m
+    elif d < -2 * m:
+        d = -2 * m
+    d1 = -m if d < -m else m if d > m else d
+    return d1, d - d1, lo, hi, -m if absent < -m else m if absent > m else absent

@@ -26,10 +26,14 @@ class Schema:
 MAX_SCORE = MAX_EXACT
 Score = Annotated[int, Schema(minimum=-MAX_SCORE, maximum=MAX_SCORE, description="Exact integer total; a stored "
                   "score beyond ±(2^53 - 1) answers saturated at that bound")]  # fmt: skip
-Rank = Annotated[
-    int, Schema(minimum=1, description="1-based; highest score first, equal scores reverse-lexicographic by id")
-]
+Rank = Annotated[int, Schema(minimum=1, description="1-based, best first by the board's order (highest first on "
+                 "desc boards, lowest first on asc). Equal scores by the board's ties: shared 1, 2, 2, 4 (the "
+                 "default); dense 1, 2, 2, 3; earliest: distinct, who reached the score first ranks higher; lexical: "
+                 "distinct, in Redis's order of the ids")]  # fmt: skip
 Total = Annotated[int, Schema(minimum=0, description="Players on the board")]
+Meta = Annotated[dict[str, Any] | None, Schema(description="The player's display metadata (a JSON object of at most "
+                 "512 bytes, last write wins); null when never set")]  # fmt: skip
+Version = Annotated[int | None, Schema(minimum=0, description="Bumped once per window applied; null if never flushed")]
 AsOf = Annotated[int | None, Schema(description="Milliseconds since the epoch of the last window applied to the "
                  "board; null if never flushed")]  # fmt: skip
 
@@ -38,6 +42,7 @@ class Entry(TypedDict):
     rank: Rank
     player: str
     score: Score
+    meta: Meta
 
 
 class TopPage(TypedDict):
@@ -52,6 +57,7 @@ class PlayerRank(TypedDict):
     player: str
     rank: Rank
     score: Score
+    meta: Meta
     total: Total
     as_of: AsOf
 
@@ -70,6 +76,34 @@ class FriendsList(TypedDict):
     entries: Annotated[list[Entry], Schema(description="The players found, sorted by rank")]
     missing: Annotated[list[str], Schema(description="Ids asked for that are not on the board, in the order asked")]
     as_of: AsOf
+
+
+Order = Annotated[str, Schema(enum=["desc", "asc"], description="desc: highest score first; asc: lowest first")]
+Operator = Annotated[str, Schema(enum=["incr", "decr", "set", "best"], description="How events change a score")]
+Ties = Annotated[str, Schema(enum=["shared", "dense", "earliest", "lexical"], description="How equal scores rank")]
+
+
+class BoardSummary(TypedDict):
+    board: str
+    order: Order
+    operator: Operator
+    ties: Ties
+
+
+class BoardList(TypedDict):
+    boards: Annotated[list[BoardSummary], Schema(description="Boards by name (bytewise), after `after`")]
+    next: Annotated[str | None, Schema(description="Pass as `after` for the next page; null on the last page")]
+
+
+class BoardInfo(TypedDict):
+    board: str
+    order: Order
+    operator: Operator
+    ties: Ties
+    declared: Annotated[bool, Schema(description="Declared (hotboard boards create); else the default definition")]
+    size: Total
+    as_of: AsOf
+    version: Version
 
 
 class ErrorBody(TypedDict):

@@ -26,8 +26,12 @@ from reader_api.settings import ApiSettings
 
 DESCRIPTION = """Read-only leaderboard queries over the hotboard Redis layout.
 
-* Ranks are 1-based, highest score first. **Ties**: equal scores are ordered the way Redis orders them
-  (ZREVRANGE/ZREVRANK): reverse lexicographic by the bytes of the player id. Every rank is distinct.
+* Ranks are 1-based and follow the board's definition (`GET /v1/boards/{board}`): `order` desc ranks the
+  highest score first, asc the lowest. **Ties** (`ties`): `shared` (the default) gives equal scores one rank,
+  1, 2, 2, 4; `dense` 1, 2, 2, 3; `earliest` ranks the player who reached the score first higher (then by id),
+  every rank distinct; `lexical` keeps Redis's order of the ids, every rank distinct. Entries are always listed
+  best first, so paging is stable.
+* Every entry and player answer carries `meta`, the player's display metadata (a JSON object), or null.
 * Every answer is one consistent snapshot of the board (one atomic Redis script): rank, score, neighbours,
   total and `as_of` always belong together.
 * `as_of` is the time (ms since the epoch) the last window was applied; null if the board was never flushed.

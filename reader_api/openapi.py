@@ -47,6 +47,11 @@ def _int_param(name: str) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "description": _INT_DOCS[name], "schema": schema}
 
 
+_AFTER = {
+    "name": "after", "in": "query", "required": False,
+    "description": "List the boards after this name (exclusive): the `next` of the previous page",
+    "schema": {"type": "string", "pattern": f"^{BOARD_RE.pattern}$"},
+}  # fmt: skip
 _ID = f"[^,\\u0000-\\u001f\\u007f-\\u009f]{{1,{PLAYER_MAX_CHARS}}}"
 #: Worst-case bytes per character in a query (a 4-byte UTF-8 character, percent-encoded) and room for the rest
 #: of the request line, so any ``ids`` value within ``maxLength`` fits the server's request-line limit.
@@ -62,6 +67,15 @@ def _ids(max_request_line_bytes: int) -> dict[str, Any]:
         f"Any value up to {max_chars} characters fits the request-line limit; a longer one may get 414",
         "schema": {"type": "string", "pattern": f"^{_ID}(,{_ID}){{0,{MAX_IDS - 1}}}$", "maxLength": max_chars},
     }  # fmt: skip
+
+
+_SCALARS: dict[Any, str] = {int: "integer", str: "string", bool: "boolean"}
+
+
+def _query(name: str, max_request_line_bytes: int) -> dict[str, Any]:
+    if name == "ids":
+        return _ids(max_request_line_bytes)
+    return _AFTER if name == "after" else _int_param(name)
 
 
 def schemas(answers: list[type]) -> dict[str, dict[str, Any]]:
@@ -93,8 +107,10 @@ def schemas(answers: list[type]) -> dict[str, dict[str, Any]]:
                 found[tp.__name__] = {"type": "object", "title": tp.__name__, "properties": properties,
                                       "required": required}  # fmt: skip
             return {"$ref": REF.format(model=tp.__name__)}
-        if tp is int or tp is str:
-            return {"type": "integer" if tp is int else "string"}
+        if origin is dict:
+            return {"type": "object"}
+        if tp in _SCALARS:
+            return {"type": _SCALARS[tp]}
         raise TypeError(f"no JSON schema for {tp!r}")
 
     for answer in answers:
@@ -118,7 +134,7 @@ _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait", "schema": {"ty
 def _operation(endpoint: Endpoint, max_request_line_bytes: int) -> dict[str, Any]:
     doc = endpoint.doc
     assert doc is not None
-    query = [_ids(max_request_line_bytes) if name == "ids" else _int_param(name) for name in endpoint.query]
+    query = [_query(name, max_request_line_bytes) for name in endpoint.query]
     errors = {str(status): _json(ErrorBody, means, _RETRY_AFTER if status == 503 else None)
               for status, means in doc.errors}  # fmt: skip
     operation: dict[str, Any] = {"operationId": doc.operation, "summary": doc.summary, "tags": [doc.tag]}

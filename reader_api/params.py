@@ -22,10 +22,16 @@ _INT_RE = re.compile(r"[+-]?[0-9]{1,40}")
 ENCODED_SLASH = "\x1f"
 
 
-def check_board(board: str) -> str:
+def check_board(board: str, parameter: str = "board") -> str:
     if not is_valid_board(board):
-        raise invalid("board", "must be 1-64 characters of A-Z a-z 0-9 _ . : -")
+        raise invalid(parameter, "must be 1-64 characters of A-Z a-z 0-9 _ . : -")
     return board
+
+
+def after_param(query: Mapping[str, str]) -> str | None:
+    """The board name a listing continues after (exclusive), or None for the first page."""
+    raw = query.get("after")
+    return None if raw is None else check_board(raw, "after")
 
 
 def check_player(player: str, parameter: str = "player") -> str:

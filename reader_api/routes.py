@@ -17,9 +17,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from reader_api import docs
-from reader_api.answers import FriendsList, Health, Neighbourhood, PlayerRank, TopPage
+from reader_api.answers import BoardInfo, BoardList, FriendsList, Health, Neighbourhood, PlayerRank, TopPage
 from reader_api.errors import JSON
-from reader_api.params import check_board, check_player, ids_param, int_param
+from reader_api.params import after_param, check_board, check_player, ids_param, int_param
 from reader_api.service import Reader
 
 #: (reader, path parameters, query) -> the body of a 200; a failure raises (ApiError, RedisError, ...).
@@ -96,6 +96,14 @@ async def players(reader: Reader, path: Mapping[str, str], query: Mapping[str, s
     return await reader.players(check_board(path["board"]), ids_param(query))
 
 
+async def boards(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
+    return await reader.boards(after_param(query), int_param(query, "limit"))
+
+
+async def board(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
+    return await reader.board(check_board(path["board"]))
+
+
 _ALIVE, _READY = orjson.dumps(Health(status="ok")), orjson.dumps(Health(status="ready"))
 
 
@@ -122,6 +130,8 @@ TOP = "/v1/boards/{board}/top"
 PLAYER = "/v1/boards/{board}/players/{player}"
 AROUND = "/v1/boards/{board}/players/{player}/around"
 PLAYERS = "/v1/boards/{board}/players"
+BOARDS = "/v1/boards"
+BOARD = "/v1/boards/{board}"
 
 ENDPOINTS = (
     question(TOP, top, Doc("top", "Top of the board, paged", TopPage), query=("limit", "offset")),
@@ -131,6 +141,10 @@ ENDPOINTS = (
     # Ids are commas and escapes more often than not: the full app's query parser reads them.
     question(PLAYERS, players, Doc("players", "Several players (a friends list), sorted by rank", FriendsList),
              query=("ids",), fast=False),
+    question(BOARDS, boards, Doc("boards", "Board names with their definitions, paged by name", BoardList,
+                                 errors=((422, READ_ERRORS[1][1]), READ_ERRORS[2])), query=("limit", "after"),
+             fast=False),
+    question(BOARD, board, Doc("board", "A board's definition, size and last flush", BoardInfo), fast=False),
     Endpoint("/healthz", healthz, Doc("healthz", "The process is alive", Health, "Alive", "operations", ())),
     Endpoint("/readyz", readyz, Doc("readyz", "Redis answers", Health, "Ready", "operations",
                                     ((503, "Redis unreachable"),))),

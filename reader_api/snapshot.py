@@ -5,13 +5,18 @@ two of them, never during one. So rank, score, neighbours, total and meta return
 describe the same board state, which several separate commands (or a non-transactional pipeline) would not.
 All keys of a board share one hash tag, so the scripts also run unchanged on Redis Cluster.
 
-Every script answers ``{exists, total, version, as_of, ...}``; ``exists`` is 0 only when neither the sorted
-set nor the meta hash exist (an unknown board). Redis deletes an empty sorted set, so a board whose players
-all left is still "known" through its meta hash and answers with ``total`` 0.
+Every script answers ``{exists, total, version, as_of, order, ties, ...}``; ``exists`` is 0 only when none of
+the sorted set, the meta hash and the definition exist (an unknown board). Redis deletes an empty sorted set,
+so a board whose players all left is still "known" through its meta hash (and a declared board before its
+first window through its definition) and answers with ``total`` 0.
 
 A reply becomes its answer (:mod:`reader_api.answers`) in one pure function per question, tested without
-Redis. Ranks are 1-based positions, highest score first; equal scores keep Redis's order (ZREVRANGE/ZREVRANK:
-reverse lexicographic by the bytes of the id), so every rank is distinct and paging is stable.
+Redis. Ranks are 1-based and follow the board's definition (:mod:`hotboard.boards`), which the script reads
+itself: best first by its ``order``; equal scores share a rank (``shared``: 1, 2, 2, 4; ``dense``: 1, 2, 2, 3)
+or are told apart (``earliest``: who reached the score first, then the id; ``lexical``: Redis's order of the
+ids). Entries are always listed in the board's order, so paging is stable whatever the ties. Stored scores
+become scores here (``sign`` x stored: ``earliest`` boards on ``desc`` store ``-score``), and each entry's
+display metadata comes from the same reply.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 
 from hotboard import keys, lua
-from reader_api.answers import MAX_SCORE, Entry, FriendsList, Neighbourhood, PlayerRank, TopPage
+from hotboard.boards import DEFAULT, ORDERS, TIES, BoardDef, DefinitionError, from_spec
+from reader_api.answers import MAX_SCORE, BoardInfo, Entry, FriendsList, Meta, Neighbourhood, PlayerRank, TopPage
 from reader_api.errors import corrupt, not_found
 
 #: Largest offset worth sending: no sorted set holds more members, and Lua numbers stay exact below it.
@@ -37,12 +44,14 @@ _META_MAX = 2**63 - 1
 
 @dataclass(frozen=True, slots=True)
 class Header:
-    """The board's side of every reply (not an answer: ``version`` keys the cache, ``exists`` the 404)."""
+    """The board's side of every reply (not an answer: ``version`` keys the cache, ``exists`` the 404, ``sign``
+    turns stored scores into scores)."""
 
     exists: bool
     total: int
     version: int | None
     as_of: int | None
+    sign: int = 1
 
 
 def parse_score(raw: bytes | str) -> int:
@@ -59,6 +68,20 @@ def parse_score(raw: bytes | str) -> int:
     return max(-MAX_SCORE, min(MAX_SCORE, value))
 
 
+def parse_meta(raw: bytes | str | None, board: str, player: str) -> Meta:
+    """A player's stored display metadata: a JSON object, or None when never set. Anything else was not
+    written by a worker: a 503 naming the key, like a corrupt board meta."""
+    if raw is None:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise corrupt(keys.player_meta_key(board), f"meta of player {player!r} is not a JSON object")
+    return value
+
+
 def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
 
@@ -72,34 +95,48 @@ def _meta_int(raw: bytes | str | None, board: str, field: str) -> int | None:
     return int(data)
 
 
+def _sign(order: bytes | str, ties: bytes | str, board: str) -> int:
+    """The stored-score sign of the definition the script read; a value no declare writes is a 503."""
+    o, t = _text(order), _text(ties)
+    if o not in ORDERS or t not in TIES:
+        raise corrupt(keys.def_key(board), f"order/ties must be one of {ORDERS}/{TIES}, got {o[:20]!r}/{t[:20]!r}")
+    return BoardDef(o, "incr", t).sign
+
+
 def parse_header(reply: Sequence[Any], board: str) -> Header:
-    """A 503 naming the meta key when ``version`` or ``as_of`` is not an integer the flusher could write; then
-    a 404 when the board does not exist."""
+    """A 503 naming the key when ``version``, ``as_of`` or the definition is not what hotboard writes; then a
+    404 when the board does not exist."""
     version = _meta_int(reply[2], board, keys.META_VERSION)
-    header = Header(bool(reply[0]), int(reply[1]), version, _meta_int(reply[3], board, keys.META_AS_OF))
+    as_of = _meta_int(reply[3], board, keys.META_AS_OF)
+    header = Header(bool(reply[0]), int(reply[1]), version, as_of, _sign(reply[4], reply[5], board))
     if not header.exists:
         raise not_found("board", f"board {board!r} does not exist")
     return header
 
 
-def parse_page(first_rank0: int, flat: Sequence[bytes | str]) -> list[Entry]:
-    """``ZREVRANGE ... WITHSCORES`` (member, score, member, score...) -> entries with 1-based ranks."""
+def parse_page(header: Header, board: str, page: Sequence[Any]) -> list[Entry]:
+    """``{players, stored scores, ranks, metas}`` (metas empty when no player of the board has any) -> entries.
+    Players without a rank (not on the board) are left out."""
+    players, scores, ranks, metas = page
+    sign = header.sign
     return [
-        {"rank": first_rank0 + i + 1, "player": _text(flat[2 * i]), "score": parse_score(flat[2 * i + 1])}
-        for i in range(len(flat) // 2)
-    ]
+        {"rank": int(rank), "player": _text(name), "score": sign * parse_score(score),
+         "meta": parse_meta(metas[i], board, _text(name)) if metas else None}
+        for i, (name, score, rank) in enumerate(zip(players, scores, ranks, strict=True))
+        if rank is not None
+    ]  # fmt: skip
 
 
 def _not_on_board(board: str, player: str) -> Exception:
     return not_found("player", f"player {player!r} is not on board {board!r}")
 
 
-def top(board: str, offset: int, reply: Sequence[Any]) -> tuple[Header, TopPage]:
+def top(board: str, reply: Sequence[Any]) -> tuple[Header, TopPage]:
     header = parse_header(reply, board)
     page: TopPage = {
         "board": board,
         "total": header.total,
-        "entries": parse_page(offset, reply[4]),
+        "entries": parse_page(header, board, reply[6]),
         "as_of": header.as_of,
     }
     return header, page
@@ -107,46 +144,62 @@ def top(board: str, offset: int, reply: Sequence[Any]) -> tuple[Header, TopPage]
 
 def player(board: str, name: str, reply: Sequence[Any]) -> PlayerRank:
     header = parse_header(reply, board)
-    if len(reply) <= 4:
+    if len(reply) <= 6:
         raise _not_on_board(board, name)
-    return {"board": board, "player": name, "rank": int(reply[4]) + 1, "score": parse_score(reply[5]),
-            "total": header.total, "as_of": header.as_of}  # fmt: skip
+    return {"board": board, "player": name, "rank": int(reply[6]), "score": header.sign * parse_score(reply[7]),
+            "meta": parse_meta(reply[8] if len(reply) > 8 else None, board, name), "total": header.total,
+            "as_of": header.as_of}  # fmt: skip
 
 
 def around(board: str, name: str, reply: Sequence[Any]) -> Neighbourhood:
     header = parse_header(reply, board)
-    if len(reply) <= 4:
+    if len(reply) <= 6:
         raise _not_on_board(board, name)
-    return {"board": board, "player": name, "total": header.total, "entries": parse_page(int(reply[4]), reply[5]),
+    return {"board": board, "player": name, "total": header.total, "entries": parse_page(header, board, reply[7]),
             "as_of": header.as_of}  # fmt: skip
 
 
 def players(board: str, ids: Sequence[str], reply: Sequence[Any]) -> FriendsList:
-    """The given players sorted by rank; ids not on the board under ``missing`` (in the order asked)."""
+    """The given players sorted by rank (ties in the order asked); ids not on the board under ``missing`` (in
+    the order asked)."""
     header = parse_header(reply, board)
-    found: list[Entry] = []
-    missing: list[str] = []
-    for name, rank, score in zip(ids, reply[4], reply[5], strict=True):
-        if rank is None:
-            missing.append(name)
-        else:
-            found.append({"rank": int(rank) + 1, "player": name, "score": parse_score(score)})
+    found = parse_page(header, board, [ids, *reply[6][1:]])
+    ranks = reply[6][2]
+    missing = [name for name, rank in zip(ids, ranks, strict=True) if rank is None]
     found.sort(key=lambda e: e["rank"])
     return {"board": board, "total": header.total, "entries": found, "missing": missing, "as_of": header.as_of}
 
 
-_TOP, _PLAYER, _AROUND, _PLAYERS = (lua.Script(t) for t in (lua.TOP, lua.PLAYER, lua.AROUND, lua.PLAYERS))
+def board_info(board: str, reply: Sequence[Any]) -> BoardInfo:
+    """404 only when the board is neither declared nor written."""
+    declared = bool(reply[4])
+    if not reply[0] and not declared:
+        raise not_found("board", f"board {board!r} does not exist")
+    definition = DEFAULT
+    if declared:
+        try:
+            definition = from_spec(_text(reply[5] or b""))
+        except DefinitionError as exc:
+            raise corrupt(keys.def_key(board), str(exc)) from None
+    return {"board": board, **definition.as_dict(), "declared": declared, "size": int(reply[1]),  # type: ignore[typeddict-item]
+            "as_of": _meta_int(reply[3], board, keys.META_AS_OF),
+            "version": _meta_int(reply[2], board, keys.META_VERSION)}  # fmt: skip
+
+
+_READS = (lua.TOP, lua.PLAYER, lua.AROUND, lua.PLAYERS, lua.BOARD)
+_TOP, _PLAYER, _AROUND, _PLAYERS, _BOARD = (lua.Script(t) for t in _READS)
 
 
 class Snapshots:
-    """The four read questions, each one EVALSHA of a read-only script, answered or raising 404/503."""
+    """The read questions, each one EVALSHA of a read-only script, answered or raising 404/503."""
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
 
     @staticmethod
     def _keys(board: str) -> list[str]:
-        return [keys.board_key(board), keys.meta_key(board)]
+        return [keys.board_key(board), keys.meta_key(board), keys.def_key(board), keys.player_meta_key(board),
+                keys.members_key(board), keys.dense_key(board)]  # fmt: skip
 
     async def top(
         self, board: str, offset: int, limit: int, cached_version: int | None = None
@@ -156,7 +209,7 @@ class Snapshots:
         reply = await _TOP(self._redis, self._keys(board), [min(offset, MAX_OFFSET), limit, known])
         if int(reply[0]) == 2:
             return None
-        return top(board, offset, reply)
+        return top(board, reply)
 
     async def player(self, board: str, name: str) -> PlayerRank:
         return player(board, name, await _PLAYER(self._redis, self._keys(board), [name]))
@@ -166,3 +219,7 @@ class Snapshots:
 
     async def players(self, board: str, ids: Sequence[str]) -> FriendsList:
         return players(board, ids, await _PLAYERS(self._redis, self._keys(board), list(ids)))
+
+    async def board(self, board: str) -> BoardInfo:
+        board_keys = [keys.board_key(board), keys.meta_key(board), keys.def_key(board)]
+        return board_info(board, await _BOARD(self._redis, board_keys, []))

@@ -25,11 +25,34 @@ def conforms(body: object, answer: type) -> None:
     jsonschema_rs.validate({"$ref": REF.format(model=answer.__name__), "components": _SCHEMAS}, body)
 
 
-def reference_ranking(scores: Mapping[str, int]) -> list[tuple[int, str, int]]:
-    """(rank, player, score): highest score first, equal scores reverse lexicographic by UTF-8 bytes of the id
-    (the order of ZREVRANGE), ranks 1-based and distinct."""
-    ordered = sorted(scores.items(), key=lambda kv: (kv[1], kv[0].encode()), reverse=True)
-    return [(i + 1, player, score) for i, (player, score) in enumerate(ordered)]
+def reference_ranking(
+    scores: Mapping[str, int], order: str = "desc", ties: str = "shared", times: Mapping[str, int] | None = None
+) -> list[tuple[int, str, int]]:
+    """(rank, player, score) in the order the API lists a board (hotboard.boards), computed the slow obvious way:
+    best score first by ``order``; among equal scores ``earliest`` lists the earliest ``times`` first (then the id
+    bytes), the others Redis's order of the id bytes (reversed on desc, as ZREVRANGE). ``shared`` ranks are 1 +
+    the number of strictly better players, ``dense`` 1 + the number of strictly better distinct scores, the
+    others positions."""
+    desc = order == "desc"
+    if ties == "earliest":
+        assert times is not None
+        ordered = sorted(scores.items(), key=lambda kv: (-kv[1] if desc else kv[1], times[kv[0]], kv[0].encode()))
+    else:
+        ordered = sorted(scores.items(), key=lambda kv: (kv[1], kv[0].encode()), reverse=desc)
+
+    def better(a: int, b: int) -> bool:
+        return a > b if desc else a < b
+
+    out = []
+    for i, (player, score) in enumerate(ordered):
+        if ties == "shared":
+            rank = 1 + sum(better(s, score) for s in scores.values())
+        elif ties == "dense":
+            rank = 1 + len({s for s in scores.values() if better(s, score)})
+        else:
+            rank = i + 1
+        out.append((rank, player, score))
+    return out
 
 
 @contextlib.asynccontextmanager

@@ -15,6 +15,7 @@ from hotboard.operators import (
     ORDERS,
     Folded,
     Op,
+    ScriptArgs,
     apply,
     compose,
     event,
@@ -142,7 +143,7 @@ def test_incr_fast_path_is_a_sum(deltas: list[int], current: int | None) -> None
 def test_script_args_in_doubles_equal_the_exact_result(evs: list[Event], order: str, current: int | None) -> None:
     """What Lua would compute with doubles, from script_args, is the exact held result."""
     state = folded(evs, order)
-    args = script_args(state)
+    args = ScriptArgs(*script_args(state))
     assert all(-M <= v <= M for v in args)
     assert (args.d1 >= 0 and args.d2 >= 0) or (args.d1 <= 0 and args.d2 <= 0)
     if current is None:

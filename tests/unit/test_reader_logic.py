@@ -17,9 +17,10 @@ from reader_api.paths import rewrite
 from reader_api.routes import AROUND, ENDPOINTS, PLAYER, ROUTES, TOP
 from reader_api.snapshot import Header, parse_page, parse_score
 
-#: The header every read script's reply starts with: exists, total, meta version, meta as_of.
-KNOWN = [1, 3, b"7", b"1234"]
-UNKNOWN = [0, 0, None, None]
+#: The header every read script's reply starts with: exists, total, meta version, meta as_of, order, ties.
+KNOWN = [1, 3, b"7", b"1234", b"desc", b"shared"]
+UNKNOWN = [0, 0, None, None, b"desc", b"shared"]
+EARLIEST_DESC = [1, 3, b"7", b"1234", b"desc", b"earliest"]
 
 
 def raises(status: int, parameter: str | None = None) -> pytest.RaisesExc[ApiError]:
@@ -73,37 +74,83 @@ def test_every_stored_score_has_an_integer_answer(raw: bytes, score: int) -> Non
 
 
 def test_scores_and_pages() -> None:
-    assert parse_page(10, [b"a", b"5", "b", "-1"]) == [
-        {"rank": 11, "player": "a", "score": 5}, {"rank": 12, "player": "b", "score": -1},
+    header = Header(exists=True, total=3, version=1, as_of=None)
+    page = [[b"a", "b"], [b"5", "-1"], [11, 12], []]
+    assert parse_page(header, "g", page) == [
+        {"rank": 11, "player": "a", "score": 5, "meta": None}, {"rank": 12, "player": "b", "score": -1, "meta": None},
+    ]  # fmt: skip
+    negated = Header(exists=True, total=3, version=1, as_of=None, sign=-1)
+    with_meta = [[b"a", b"b"], [b"-5", b"3"], [1, 2], [b'{"name":"A"}', None]]
+    assert parse_page(negated, "g", with_meta) == [
+        {"rank": 1, "player": "a", "score": 5, "meta": {"name": "A"}},
+        {"rank": 2, "player": "b", "score": -3, "meta": None},
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize("raw", [b"[1]", b"nope", b'"s"', b"", b"{"])
+def test_corrupt_player_meta_is_a_503_naming_the_key(raw: bytes) -> None:
+    with pytest.raises(ApiError, check=lambda e: e.status == 503 and "hb:{g}:pmeta" in e.message):
+        parse_page(Header(exists=True, total=1, version=1, as_of=None), "g", [[b"a"], [b"1"], [1], [raw]])
+    with pytest.raises(ApiError, check=lambda e: e.status == 503 and "hb:{g}:pmeta" in e.message):
+        snapshot.player("g", "a", [*KNOWN, 1, b"1", raw])
+
+
+@pytest.mark.parametrize(("order", "ties", "sign"), [(b"desc", b"earliest", -1), (b"asc", b"earliest", 1),
+                                                      (b"desc", b"shared", 1), (b"asc", b"dense", 1)])  # fmt: skip
+def test_the_definition_in_the_reply_gives_the_sign(order: bytes, ties: bytes, sign: int) -> None:
+    assert snapshot.parse_header([1, 1, None, None, order, ties], "g").sign == sign
+
+
+@pytest.mark.parametrize(("order", "ties"), [(b"up", b"shared"), (b"desc", b"fair")])
+def test_a_corrupt_definition_is_a_503_naming_the_key(order: bytes, ties: bytes) -> None:
+    with pytest.raises(ApiError, check=lambda e: e.status == 503 and "hb:{g}:def" in e.message):
+        snapshot.parse_header([1, 1, None, None, order, ties], "g")
+
+
 def test_shapes() -> None:
-    header, page = snapshot.top("g", 0, [*KNOWN, [b"a", b"5"]])
+    header, page = snapshot.top("g", [*KNOWN, [[b"a"], [b"5"], [1], [b'{"c":"FR"}']]])
     assert header == Header(exists=True, total=3, version=7, as_of=1234)
     assert page == {
-        "board": "g", "total": 3, "entries": [{"rank": 1, "player": "a", "score": 5}], "as_of": 1234,
+        "board": "g", "total": 3, "entries": [{"rank": 1, "player": "a", "score": 5, "meta": {"c": "FR"}}],
+        "as_of": 1234,
     }  # fmt: skip
-    assert snapshot.player("g", "a", [*KNOWN, 1, b"1"]) == {
-        "board": "g", "player": "a", "rank": 2, "score": 1, "total": 3, "as_of": 1234,
+    assert snapshot.player("g", "a", [*KNOWN, 2, b"1"]) == {
+        "board": "g", "player": "a", "rank": 2, "score": 1, "meta": None, "total": 3, "as_of": 1234,
     }  # fmt: skip
-    near = snapshot.around("g", "a", [*KNOWN, 0, [b"b", b"9", b"a", b"1"]])
+    assert snapshot.player("g", "a", [*EARLIEST_DESC, 1, b"-9", b"{}"])["score"] == 9
+    near = snapshot.around("g", "a", [*KNOWN, 0, [[b"b", b"a"], [b"9", b"1"], [1, 2], []]])
     assert near["player"] == "a" and [e["rank"] for e in near["entries"]] == [1, 2]
-    friends = snapshot.players("g", ["b", "zz"], [*KNOWN, [0, None], [b"9", None]])
+    # Equal ranks keep the order asked; missing ids are listed in the order asked.
+    reply = [*KNOWN, [[b"x", b"b", b"c", b"zz"], [b"1", b"9", b"9", None], [3, 1, 1, None], []]]
+    friends = snapshot.players("g", ["x", "b", "c", "zz"], reply)
+    assert [e["player"] for e in friends["entries"]] == ["b", "c", "x"]
     assert friends["missing"] == ["zz"] and friends["total"] == 3
+
+
+def test_board_info() -> None:
+    declared = snapshot.board_info("g", [1, 2, b"3", b"4", 1, b"asc/best/dense"])
+    assert declared == {"board": "g", "order": "asc", "operator": "best", "ties": "dense", "declared": True,
+                        "size": 2, "as_of": 4, "version": 3}  # fmt: skip
+    assert snapshot.board_info("g", [0, 0, None, None, 1, b"desc/set/earliest"])["size"] == 0
+    default = snapshot.board_info("g", [1, 5, None, None, 0, None])
+    assert (default["order"], default["ties"], default["declared"], default["as_of"]) == ("desc", "shared", False, None)
+    with raises(404):
+        snapshot.board_info("g", [0, 0, None, None, 0, None])
+    with pytest.raises(ApiError, check=lambda e: e.status == 503 and "hb:{g}:def" in e.message):
+        snapshot.board_info("g", [1, 0, None, None, 1, None])
 
 
 def test_unknown_board_and_player_are_404() -> None:
     with raises(404):
-        snapshot.top("g", 0, [*UNKNOWN, []])
+        snapshot.top("g", [*UNKNOWN, [[], [], [], []]])
     with raises(404):
         snapshot.player("g", "a", KNOWN)
     with raises(404):
         snapshot.around("g", "a", KNOWN)
     with raises(404):
-        snapshot.players("g", ["a"], [*UNKNOWN, [None], [None]])
+        snapshot.players("g", ["a"], [*UNKNOWN, [[b"a"], [None], [None], []]])
     # A known but empty board (meta only) answers, with total 0.
-    assert snapshot.top("g", 0, [1, 0, b"1", b"5", []])[1]["entries"] == []
+    assert snapshot.top("g", [1, 0, b"1", b"5", b"desc", b"shared", [[], [], [], []]])[1]["entries"] == []
 
 
 def test_integer_parameters() -> None:
@@ -123,11 +170,18 @@ def test_openapi_document_covers_every_endpoint() -> None:
     doc = document("t", "1", "d", 8192)
     assert set(doc["paths"]) == {
         "/v1/boards/{board}/top", "/v1/boards/{board}/players/{player}",
-        "/v1/boards/{board}/players/{player}/around", "/v1/boards/{board}/players", "/healthz", "/readyz",
+        "/v1/boards/{board}/players/{player}/around", "/v1/boards/{board}/players", "/v1/boards",
+        "/v1/boards/{board}", "/healthz", "/readyz",
     }  # fmt: skip
     limit = doc["paths"]["/v1/boards/{board}/top"]["get"]["parameters"][1]
     assert limit["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
-    assert {"TopPage", "Entry", "ErrorBody"} <= set(doc["components"]["schemas"])
+    assert {"TopPage", "Entry", "ErrorBody", "BoardList", "BoardSummary", "BoardInfo"} <= set(
+        doc["components"]["schemas"]
+    )
+    after = doc["paths"]["/v1/boards"]["get"]["parameters"][1]
+    assert after["name"] == "after" and after["schema"]["type"] == "string"
+    meta = doc["components"]["schemas"]["Entry"]["properties"]["meta"]
+    assert meta["anyOf"] == [{"type": "object"}, {"type": "null"}]
 
 
 def test_cache_is_a_bounded_lru() -> None:
