@@ -65,8 +65,11 @@ class Schedule:
     def period_of(self, ts_ms: int) -> Period:
         """The period holding event time ``ts_ms`` (start <= ts < end)."""
         self._require_periods()
-        if ts_ms < 0:
+        if ts_ms < 0:  # an unknown Kafka timestamp (-1) must not land silently in 1969-12-31
             raise ValueError(f"event time {ts_ms} ms is before the epoch (unknown?): it has no period")
+        return self._period_of(ts_ms)
+
+    def _period_of(self, ts_ms: int) -> Period:
         if self.cron:
             return self._cron_period(ts_ms)
         start = self._floor(_dt(ts_ms))
@@ -75,12 +78,12 @@ class Schedule:
     def previous(self, period: Period) -> Period:
         """The period just before ``period``."""
         self._require_periods()
-        return self.period_of(period.start_ms - 1)
+        return self._period_of(period.start_ms - 1)
 
     def next(self, period: Period) -> Period:
         """The period just after ``period``."""
         self._require_periods()
-        return self.period_of(period.end_ms)
+        return self._period_of(period.end_ms)
 
     def parse_id(self, period_id: str) -> Period:
         """The period named ``period_id``; ValueError when it names no period of this schedule (a cron time
@@ -88,7 +91,7 @@ class Schedule:
         self._require_periods()
         try:
             start = self._id_start(period_id)
-            period = self.period_of(_ms(start))
+            period = self._period_of(_ms(start))
         except (ValueError, OverflowError) as exc:
             raise ValueError(f"{period_id!r} is not a period id of schedule {self.reset!r}: {exc}") from None
         if period.id != period_id:
