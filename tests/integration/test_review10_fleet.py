@@ -1,0 +1,58 @@
+"""Review of issue 10: a board first seen with events invalid under the default definition (``score`` only:
+producers started before the operator declared the board ``set``) keeps the default in the worker's
+definition cache. No batch of it is ever flushed, so the flush script's spec check never runs and nothing
+refreshes the cache: after the board is declared, every ``set`` event is still dead-lettered."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from hotboard import board_store, keys
+from hotboard.boards import BoardDef
+from hotboard.devstack import RedisServer
+from tests.integration.conftest import Spawn
+from tests.integration.harness import Feeder, wait_for
+from tests.semantics import Ev
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_board_declared_after_its_events_were_dead_lettered_is_honoured(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    from redis.asyncio import Redis
+
+    topic = topic_factory(1)
+    worker = spawn(redis_server.url, topic)
+    worker.wait_ready()
+    definition = BoardDef("desc", "set", "shared")
+    early = [Ev(f"p{i}", None, 10 + i, 1) for i in range(5)]
+    Feeder(kafka, topic, [(e.player.encode(), e.value("levels", definition)) for e in early], rate=0).finish()
+    worker.wait_metric("hotboard_dlq_total", 5, reason="missing_field")  # right: undeclared = incr
+
+    async def declare() -> None:
+        client = Redis.from_url(redis_server.url)
+        try:
+            await board_store.declare(client, "levels", definition)
+        finally:
+            await client.aclose()
+
+    asyncio.run(declare())
+    later = [Ev(f"q{i}", None, 20 + i, 2) for i in range(5)]
+    Feeder(kafka, topic, [(e.player.encode(), e.value("levels", definition)) for e in later], rate=0).finish()
+
+    def applied() -> bool:
+        r = redis.Redis.from_url(redis_server.url)
+        try:
+            return r.zcard(keys.board_key("levels")) == 5
+        finally:
+            r.close()
+
+    try:
+        wait_for(applied, timeout_s=20, what="the declared set board's scores")
+    finally:
+        print("dlq missing_field:", worker.metric("hotboard_dlq_total", reason="missing_field"))

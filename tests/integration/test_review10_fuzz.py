@@ -1,0 +1,69 @@
+"""Review of issue 10: fuzz the fold + flush scripts against the one-by-one reference with amounts near
++-2^53 (sequences whose exact totals stay within +-(2^53-1) at every step, so holding never applies)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from redis.asyncio import Redis
+
+from flusher.redis_sink import RedisSink
+from hotboard import board_store
+from hotboard.boards import OPERATORS, ORDERS, TIES, BoardDef
+from hotboard.keys import MAX_EXACT
+from tests.integration.test_semantics_redis import check_dense, flush_all, stored
+from tests.semantics import Ev, fold_windows, reference
+
+pytestmark = pytest.mark.integration
+
+BIG = [0, 1, 2, 3, MAX_EXACT, MAX_EXACT - 1, 2**52, 2**52 + 1, 2**53 - 2, 10**15, 123456789012345]
+
+
+def _amount(rng: random.Random, operator: str) -> int:
+    a = rng.choice(BIG) if rng.random() < 0.5 else rng.randint(0, 5)
+    if operator != "decr" and rng.random() < 0.5:
+        a = -a
+    return a
+
+
+def _within(events: list[Ev], definition: BoardDef) -> bool:
+    for i in range(1, len(events) + 1):
+        board, _ = reference(events[:i], definition)
+        if any(abs(v) > MAX_EXACT for v, _ in board.values()):
+            return False
+    return True
+
+
+def _events(rng: random.Random, definition: BoardDef) -> list[Ev]:
+    out: list[Ev] = []
+    for i in range(rng.randint(3, 30)):
+        op = rng.choice(["incr", "decr", "set", "best", None])
+        operator = op or definition.operator
+        ev = Ev(f"p{rng.randrange(4)}", op, _amount(rng, operator), 1_000 + rng.randrange(5))
+        if _within([*out, ev], definition):
+            out.append(ev)
+    return out
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("operator", OPERATORS)
+@pytest.mark.parametrize("ties", TIES)
+async def test_big_amounts_equal_the_reference(redis_client: Redis, order: str, operator: str, ties: str) -> None:
+    definition = BoardDef(order, operator, ties)  # type: ignore[arg-type]
+    sink = RedisSink(redis_client, "scores")
+    for seed in range(25):
+        rng = random.Random(seed * 7 + hash(definition.spec) % 1000)
+        board = f"big{seed}"
+        await board_store.declare(redis_client, board, definition)
+        events = _events(rng, definition)
+        cuts = rng.sample(range(len(events) + 1), k=rng.randint(0, 4))
+        windows = fold_windows(board, definition, events, cuts, rng.randint(1, 3), rng.randint(1, 4))
+        await flush_all(sink, windows)
+        expected, _ = reference(events, definition)
+        got = await stored(redis_client, board, definition)
+        assert {p: v for p, (v, _) in got.items()} == {p: v for p, (v, _) in expected.items()}, (seed, events)
+        if definition.earliest:
+            assert got == expected, (seed, events)
+        if ties == "dense":
+            await check_dense(redis_client, board, got)

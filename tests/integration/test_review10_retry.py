@@ -1,0 +1,41 @@
+"""Review of issue 10: APPLY after NOSCRIPT, and a retry after a lost reply, on every non-plain form."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from flusher.batch import NO_WATERMARK, Outcome
+from flusher.redis_sink import RedisSink
+from hotboard import board_store
+from hotboard.boards import BoardDef
+from tests.integration.test_semantics_redis import check_dense, stored
+from tests.semantics import Ev, fold_windows, reference
+
+pytestmark = pytest.mark.integration
+
+DEFS = [BoardDef("desc", "incr", "dense"), BoardDef("asc", "best", "earliest"), BoardDef("desc", "decr", "shared"),
+        BoardDef("desc", "incr", "earliest")]  # fmt: skip
+
+
+@pytest.mark.parametrize("definition", DEFS, ids=lambda d: d.spec)
+async def test_noscript_then_lost_reply(redis_client: Redis, definition: BoardDef) -> None:
+    sink = RedisSink(redis_client, "scores")
+    await board_store.declare(redis_client, "r", definition)
+    events = [Ev("a", None, 5, 1, {"n": "\u00e9\u0000\"\\"}), Ev("b", "set", 5, 2), Ev("a", "incr", -3, 3),
+              Ev("c", "decr", 2, 4), Ev("b", "best", 9, 5)]  # fmt: skip
+    [batches] = fold_windows("r", definition, events, [], 2, 1)
+    await redis_client.script_flush()
+    first = await sink.flush(batches, lambda b, p: NO_WATERMARK)
+    assert all(r.outcome is Outcome.APPLIED for r in first), first
+    again = await sink.flush(batches, lambda b, p: NO_WATERMARK)  # the reply was lost: same batches again
+    assert all(r.outcome is Outcome.ALREADY_APPLIED for r in again), again
+    expected, metas = reference(events, definition)
+    got = await stored(redis_client, "r", definition)
+    assert {p: v for p, (v, _) in got.items()} == {p: v for p, (v, _) in expected.items()}
+    if definition.earliest:
+        assert got == expected
+    if definition.ties == "dense":
+        await check_dense(redis_client, "r", got)
+    pmeta = {k.decode(): v for k, v in (await redis_client.hgetall(f"hb:{{r}}:pmeta")).items()}
+    assert pmeta == metas

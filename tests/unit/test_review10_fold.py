@@ -1,0 +1,81 @@
+"""Review of issue 10: the fold against the one definition of validity and against itself."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import orjson
+import pytest
+
+from hotboard import earliest
+from hotboard.boards import DEFAULT, BoardDef
+from hotboard.codec import Decoder, InvalidEvent, decode_all
+from hotboard.keys import MAX_EXACT
+from ingest.window import Window
+
+
+def _rec(offset: int, body: dict[str, object]) -> SimpleNamespace:
+    return SimpleNamespace(offset=offset, value=orjson.dumps(body), timestamp=1000 + offset)
+
+
+@pytest.mark.parametrize("score", ["x", 1.5, 2**60, [1], True])
+def test_fast_path_refuses_what_the_decoder_refuses(score: object) -> None:
+    """{delta, score: <invalid>} on a summed board: the decoder dead-letters it (bad_type / out_of_range), the
+    fast loop folds it. So the same record counts in the steady state and is dead-lettered on a replay or a
+    rebuild (where it goes through fold_checked)."""
+    body = {"board": "b", "player": "p", "delta": 5, "score": score}
+    with pytest.raises(InvalidEvent):
+        Decoder().fields(orjson.dumps(body))
+    fold = Window().fold_for(0)
+    fold.fold_batch([_rec(0, body)], {"b": DEFAULT}, Decoder())
+    assert fold.boards.get("b", {}) == {}, "fast path folded an event the decoder calls invalid"
+    assert len(fold.dead) == 1
+
+
+def test_a_board_summed_then_stepped_in_one_window_keeps_its_sums() -> None:
+    """A partition's fast path holds board b under the default (state.fast), then the definition cache (LRU,
+    bounded) evicts b and reloads it: declared ``earliest`` meanwhile (b still empty). The next non-plain event
+    folds into ``steps``; the share is built from ``steps`` only and the summed deltas vanish, while the batch
+    carries the earliest spec that the script accepts."""
+    decoder = Decoder()
+    window = Window()
+    fold = window.fold_for(0)
+    fast: dict[str, BoardDef] = {}
+    clear: set[str] = set()
+    first = [_rec(0, {"board": "b", "player": "a", "delta": 1})]
+    fold.fold_checked(first, decode_all(first, decoder), {"b": -1}, clear, {"b": DEFAULT}, fast)
+    more = [_rec(1, {"board": "b", "player": "a", "delta": 10})]
+    fold.fold_batch(more, fast, decoder)
+    late = BoardDef("desc", "incr", "earliest")
+    last = [_rec(2, {"board": "b", "player": "z", "delta": 3, "meta": {"n": 1}})]
+    fold.fold_checked(last, decode_all(last, decoder), {"b": -1}, clear, {"b": late}, fast)
+    [batch], _ = window.batches(100)
+    assert batch.definition == late  # the flush script will accept it
+    carried = set(batch.deltas) | set(batch.steps or {}) | set(batch.states or {})
+    assert carried == {"a", "z"}, f"player a's 11 points are dropped: batch carries {carried}"
+
+
+def test_two_partitions_folded_under_two_definitions_flush_under_one_spec() -> None:
+    """Same race across partitions: partition 0 folded b as plain incr (sums), partition 1 under ``desc/set``.
+    merge() keeps the first share's definition only; the script checks that one spec, so partition 0's events
+    are applied under partition 1's definition (or vice versa) instead of being refused."""
+    decoder = Decoder()
+    window = Window()
+    for p, definition, body in ((0, BoardDef("desc", "set", "shared"), {"board": "b", "player": "a", "score": 7}),
+                                (1, DEFAULT, {"board": "b", "player": "c", "delta": 4})):  # fmt: skip
+        recs = [_rec(0, body)]
+        window.fold_for(p).fold_checked(recs, decode_all(recs, decoder), {"b": -1}, set(), {"b": definition}, {})
+    batches, _ = window.batches(100)
+    specs = {b.definition.spec for b in batches}
+    assert len(batches) == 2 or len(specs) == 2, f"one batch, one spec {specs}: a mismatch is never refused"
+
+
+def test_merged_incr_steps_keep_the_tie_time_at_the_bound() -> None:
+    """earliest.push merges incr+incr with the later time; at the +-2^53 hold the second incr changes nothing,
+    so replaying the raw steps (the module's own reference) keeps the first time."""
+    raw = [("incr", 1, 10), ("incr", 1, 20)]
+    merged: list[earliest.Step] = []
+    for s in raw:
+        earliest.push(merged, s, True)
+    start = (MAX_EXACT - 1, 5)
+    assert earliest.replay(merged, start, True) == earliest.replay(raw, start, True)
