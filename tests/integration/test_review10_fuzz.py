@@ -37,7 +37,7 @@ def _within(events: list[Ev], definition: BoardDef) -> bool:
 
 def _events(rng: random.Random, definition: BoardDef) -> list[Ev]:
     out: list[Ev] = []
-    for i in range(rng.randint(3, 30)):
+    for _ in range(rng.randint(3, 30)):
         op = rng.choice(["incr", "decr", "set", "best", None])
         operator = op or definition.operator
         ev = Ev(f"p{rng.randrange(4)}", op, _amount(rng, operator), 1_000 + rng.randrange(5))

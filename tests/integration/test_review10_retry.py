@@ -37,5 +37,5 @@ async def test_noscript_then_lost_reply(redis_client: Redis, definition: BoardDe
         assert got == expected
     if definition.ties == "dense":
         await check_dense(redis_client, "r", got)
-    pmeta = {k.decode(): v for k, v in (await redis_client.hgetall(f"hb:{{r}}:pmeta")).items()}
+    pmeta = {k.decode(): v for k, v in (await redis_client.hgetall("hb:{r}:pmeta")).items()}
     assert pmeta == metas

@@ -1,0 +1,39 @@
+"""Review of issue 10: a total held at 2^53 - 1 in the clamp form is counted nowhere (neither by
+window.batches, which holds only summed deltas, nor by the APPLY script, whose clamp mode holds silently)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from flusher.batch import NO_WATERMARK, Outcome
+from flusher.redis_sink import RedisSink
+from hotboard import board_store
+from hotboard.boards import DEFAULT, BoardDef
+from hotboard.codec import Decoder, decode_all
+from hotboard.keys import MAX_EXACT
+from ingest.window import Window
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("definition", [DEFAULT, BoardDef("desc", "set", "shared")], ids=lambda d: d.spec)
+async def test_held_totals_are_counted(redis_client: Redis, definition: BoardDef) -> None:
+    await board_store.declare(redis_client, "s", definition)
+    bodies = [
+        {"board": "s", "player": "a", "op": "set", "score": MAX_EXACT},
+        {"board": "s", "player": "a", "op": "incr", "delta": 5},
+    ]
+    if definition == DEFAULT:
+        bodies = [{"board": "s", "player": "a", "delta": MAX_EXACT}, {"board": "s", "player": "a", "delta": 5}]
+    recs = [SimpleNamespace(offset=i, timestamp=i, value=orjson.dumps(b)) for i, b in enumerate(bodies)]
+    window = Window()
+    window.fold_for(0).fold_checked(recs, decode_all(recs, Decoder()), {"s": -1}, set(), {"s": definition}, {})
+    batches, held_in_python = window.batches(100)
+    [result] = await RedisSink(redis_client, "scores").flush(batches, lambda b, p: NO_WATERMARK)
+    assert result.outcome is Outcome.APPLIED
+    assert await redis_client.zscore("hb:{s}", "a") == MAX_EXACT
+    assert held_in_python + result.saturated == 1
