@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from hotboard.boards import DEFAULT, BoardDef
+from hotboard.board_store import DefinitionCache
+from hotboard.boards import DEFAULT, BoardDef, DefinitionError
 from hotboard.earliest import Step
 from hotboard.keys import MAX_EXACT
 from hotboard.operators import Folded
@@ -103,7 +104,9 @@ class Sink(Protocol):
 
     async def load_watermarks(self, partition: int, boards: Collection[str]) -> tuple[dict[str, int], int]: ...
 
-    async def load_definitions(self, boards: Collection[str]) -> dict[str, BoardDef]: ...
+    async def load_definitions(
+        self, boards: Collection[str], cache: DefinitionCache
+    ) -> dict[str, BoardDef | DefinitionError]: ...
 
     async def flush(self, batches: Sequence[BoardBatch], expected: ExpectedWatermark) -> list[BoardResult]: ...
 

@@ -19,8 +19,9 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, CheckpointResult, ExpectedWatermark, Outcome
-from hotboard import board_store, earliest, keys, lua, operators
-from hotboard.boards import BoardDef
+from hotboard import earliest, keys, lua, operators
+from hotboard.board_store import DefinitionCache
+from hotboard.boards import BoardDef, DefinitionError
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,12 @@ class RedisSink:
         marks = {b: NO_WATERMARK if v is None else int(v) for b, v in zip(ordered, rows, strict=True)}
         return marks, NO_WATERMARK if checkpoint is None else int(checkpoint)
 
-    async def load_definitions(self, boards: Collection[str]) -> dict[str, BoardDef]:
-        """board -> its definition (the default when undeclared), one round trip."""
-        return await board_store.load(self._redis, list(boards))
+    async def load_definitions(
+        self, boards: Collection[str], cache: DefinitionCache
+    ) -> dict[str, BoardDef | DefinitionError]:
+        """board -> its definition (the default when undeclared) or why it cannot be read; one round trip for
+        the boards ``cache`` does not hold."""
+        return await cache.fetch(self._redis, boards)
 
     async def register_boards(self, boards: Iterable[str]) -> None:
         """Add new boards to the registry (``hb:board-index``) before their first flush: it lists boards to readers

@@ -37,9 +37,11 @@ async def declare(redis: Redis, board: str, definition: BoardDef, now_ms: int | 
     if not keys.is_valid_board(board):
         raise DefinitionError("board must be 1-64 characters of A-Z a-z 0-9 _ . : -")
     created = int(time.time() * 1000) if now_ms is None else now_ms
-    args = [definition.spec, definition.order, definition.operator, definition.ties, created, DEFAULT.spec, board]
-    board_keys = [keys.def_key(board), keys.board_key(board), keys.meta_key(board), keys.BOARD_INDEX_KEY]
+    args = [definition.spec, definition.order, definition.operator, definition.ties, created, DEFAULT.spec]
+    board_keys = [keys.def_key(board), keys.board_key(board), keys.meta_key(board)]
     status, stored = (_text(v) for v in await _DEFINE(redis, board_keys, args))
+    if status != "refused":
+        await redis.zadd(keys.BOARD_INDEX_KEY, {board: 0})
     previous = from_spec(stored)
     if status == "refused":
         raise DefinitionError(
@@ -50,14 +52,37 @@ async def declare(redis: Redis, board: str, definition: BoardDef, now_ms: int | 
 
 
 async def load(redis: Redis, boards: Sequence[str]) -> dict[str, BoardDef]:
-    """board -> its definition (the default when undeclared), in one round trip."""
+    """board -> its definition (the default when undeclared), in one round trip. Raises DefinitionError for a
+    stored definition hotboard did not write."""
+    out: dict[str, BoardDef] = {}
+    for board, found in (await load_declared(redis, boards)).items():
+        if isinstance(found, DefinitionError):
+            raise found
+        out[board] = DEFAULT if found is None else found
+    return out
+
+
+#: What :func:`load_declared` says of one board: its declared definition, None (undeclared: the default), or
+#: why the stored one cannot be read.
+Found = BoardDef | DefinitionError | None
+
+
+async def load_declared(redis: Redis, boards: Sequence[str]) -> dict[str, Found]:
+    """board -> :data:`Found`, in one round trip. Only a declared definition may be cached: an undeclared
+    board can still be declared, and until its first window lands no flush script would notice."""
     if not boards:
         return {}
     async with redis.pipeline(transaction=False) as pipe:
         for board in boards:
             pipe.hgetall(keys.def_key(board))
         rows = await pipe.execute()
-    return {board: from_hash(row) for board, row in zip(boards, rows, strict=True)}
+    out: dict[str, Found] = {}
+    for board, row in zip(boards, rows, strict=True):
+        try:
+            out[board] = from_hash(row) if row else None
+        except DefinitionError as exc:
+            out[board] = DefinitionError(f"{keys.def_key(board)}: {exc}")
+    return out
 
 
 async def page(redis: Redis, after: str | None, limit: int) -> tuple[list[tuple[str, BoardDef]], str | None]:
@@ -104,16 +129,14 @@ class DefinitionCache:
     def clear(self) -> None:
         self._entries.clear()
 
-    async def fetch(self, redis: Redis, boards: Iterable[str]) -> dict[str, BoardDef]:
-        """The definitions of ``boards``, reading from Redis only those not cached."""
+    async def fetch(self, redis: Redis, boards: Iterable[str]) -> dict[str, BoardDef | DefinitionError]:
+        """The definitions of ``boards`` (the default for an undeclared one), reading from Redis those not
+        cached; only declared definitions are cached."""
         wanted = list(dict.fromkeys(boards))
-        missing = self.missing(wanted)
-        if missing:
-            self.put(await load(redis, missing))
-        out: dict[str, BoardDef] = {}
+        found = await load_declared(redis, self.missing(wanted))
+        self.put({b: d for b, d in found.items() if isinstance(d, BoardDef)})
+        out: dict[str, BoardDef | DefinitionError] = {}
         for board in wanted:
-            definition = self.get(board)
-            if definition is None:  # evicted by the put above (more boards than the cache holds)
-                definition = (await load(redis, [board]))[board]
-            out[board] = definition
+            got = found[board] if board in found else self.get(board)
+            out[board] = DEFAULT if got is None else got
         return out

@@ -6,7 +6,7 @@ already validated; everything else is a handful of type checks after one orjson 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
@@ -38,6 +38,8 @@ class Reason(StrEnum):
     UNSUPPORTED_OP = "unsupported_op"
     #: A delta, score or event time beyond +-(2^53 - 1), which no stored score holds exactly.
     OUT_OF_RANGE = "out_of_range"
+    #: The board's stored definition (``hb:{B}:def``) is not one hotboard wrote: its events wait in the DLQ.
+    BAD_DEFINITION = "bad_definition"
     #: The client could not parse the record itself (e.g. a header name that is not UTF-8); or validation met
     #: something it did not expect. The record is dead-lettered with what could be read of it.
     UNREADABLE = "unreadable"
@@ -134,6 +136,16 @@ def boards_to_check(decoded: Iterable[Decoded], known: Collection[str]) -> set[s
     return {f[0] for f in decoded if type(f) is tuple and f[0] not in known}
 
 
+def first_ts(records: Sequence[Any], done: int, decoder: Decoder) -> int | None:
+    """The event time of the first valid record among ``records[:done]``."""
+    for i in range(done):
+        try:
+            return decoder.fields(records[i].value)[TS]
+        except InvalidEvent:
+            continue
+    return None
+
+
 def _reject_raw(value: bytes | None, exc: Exception | None = None) -> InvalidEvent:
     if value is None:
         return InvalidEvent(Reason.NOT_JSON, "record has no value (tombstone)")
@@ -189,6 +201,9 @@ def _integer(obj: dict[str, object], name: str) -> int | None:
     if value is None:
         return None
     if type(value) is not int:
+        if type(value) is float and value.is_integer() and abs(value) > MAX_ABS_DELTA:
+            # an integer literal past 2^64, which orjson reads as a float
+            raise InvalidEvent(Reason.OUT_OF_RANGE, f"|{name}| must be at most 2^53-1 (exact in a Redis score)")
         raise InvalidEvent(Reason.BAD_TYPE, f"{name} must be an integer, got {type(value).__name__}")
     if not -MAX_ABS_DELTA <= value <= MAX_ABS_DELTA:
         raise InvalidEvent(Reason.OUT_OF_RANGE, f"|{name}| must be at most 2^53-1 (exact in a Redis score)")

@@ -156,6 +156,7 @@ while i < stop do
       else
         new = tonumber(ARGV[i + 5])
       end
+      new = hold(new)
       i = i + 6
     end
     put(p, old, new)
@@ -366,9 +367,10 @@ class Script:
 
 # --- board definitions (hotboard.board_store)
 
-#: Declare a board. KEYS: def hash, board zset, meta hash, board index. ARGV: spec, order, operator, ties,
-#: created ms, default spec, board name. A board is "written" once its sorted set or meta hash exists (a
-#: window was applied): from then on its definition (declared, or the default when undeclared) cannot change.
+#: Declare a board. KEYS: def hash, board zset, meta hash (one hash tag: the board index, in its own slot, is
+#: written after it). ARGV: spec, order, operator, ties, created ms, default spec. A board is "written" once
+#: its sorted set or meta hash exists (a window was applied): from then on its definition (declared, or the
+#: default when undeclared) cannot change.
 #: Returns {'created'|'unchanged'|'replaced', stored spec} or {'refused', stored spec}.
 DEFINE = """
 local stored = redis.call('HGET', KEYS[1], 'spec')
@@ -378,7 +380,6 @@ local written = redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[
 if written and current ~= ARGV[1] then return {'refused', current} end
 redis.call('HSET', KEYS[1], 'spec', ARGV[1], 'order', ARGV[2], 'operator', ARGV[3], 'ties', ARGV[4],
            'created', ARGV[5])
-redis.call('ZADD', KEYS[4], 0, ARGV[7])
 if stored then return {'replaced', stored} end
 return {'created', current}
 """

@@ -137,10 +137,11 @@ HOLD = Op(0, -MAX_EXACT, MAX_EXACT)
 
 
 class ScriptArgs(NamedTuple):
-    """One player's window as the flush script takes it; every number within +-MAX_EXACT, exact as a double.
-    The new score is ``absent`` for an absent player, else ``min(max((x + d1) + d2, lo), hi)``, added in that
-    order: d1 and d2 have one sign, so a partial sum past 2^53 (inexact in a double) only grows past the
-    bound and ends held at it, as the exact value does."""
+    """One player's window as the flush script takes it; every number within +-2 MAX_EXACT. The new score is
+    ``absent`` for an absent player, else ``min(max((x + d1) + d2, lo), hi)``, added in that order, and then
+    held at +-MAX_EXACT (the script counts each hold). Within +-MAX_EXACT every number is exact as a double;
+    beyond it a double rounds, but monotonically and never back inside the bound, so a result beyond is held
+    exactly as the exact one is: d1 and d2 have one sign, so a partial sum past 2^53 only grows past it."""
 
     d1: int
     d2: int
@@ -149,21 +150,20 @@ class ScriptArgs(NamedTuple):
     absent: int
 
 
+def _clip(x: int) -> int:
+    m = 2 * MAX_EXACT
+    return -m if x < -m else m if x > m else x
+
+
 def script_args(state: Folded) -> tuple[int, int, int, int, int]:
-    """``state`` with the hold folded in, for an evaluation in doubles that equals :func:`result` for every
-    ``current`` within +-MAX_EXACT: (d1, d2, lo, hi, absent) as :class:`ScriptArgs` describes. On that domain a
-    d beyond +-2 MAX_EXACT leaves the clamp at a bound either way, so it is held there and split into two halves
-    of at most MAX_EXACT each. :func:`compose` with :data:`HOLD`, inlined: this runs once per player per
-    flush (0.8 µs instead of 2.9 µs per player in the general form)."""
+    """``state`` as (d1, d2, lo, hi, absent), see :class:`ScriptArgs`: what the script evaluates in doubles equals
+    :func:`result` for every ``current`` within +-MAX_EXACT. On that domain a d, lo or hi beyond +-2 MAX_EXACT
+    leaves the result beyond the bound either way, so each is clipped there, and d is split into two halves of
+    at most MAX_EXACT each. Runs once per player per flush: kept to a few comparisons (0.8 µs per player)."""
     (d, lo, hi), absent = state
     m = MAX_EXACT
-    lo = -m if lo is None or lo < -m else lo
-    hi = m if hi is None else -m if hi < -m else m if hi > m else hi
-    if lo >= hi:
-        d, lo = 0, hi
-    elif d > 2 * m:
-        d = 2 * m
-    elif d < -2 * m:
-        d = -2 * m
+    d = _clip(d)
     d1 = -m if d < -m else m if d > m else d
-    return d1, d - d1, lo, hi, -m if absent < -m else m if absent > m else absent
+    lo = -2 * m if lo is None else _clip(lo)
+    hi = 2 * m if hi is None else _clip(hi)
+    return d1, d - d1, lo, hi, _clip(absent)

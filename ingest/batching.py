@@ -32,7 +32,8 @@ def merge(parts: dict[int, PartitionFold], max_players: int) -> tuple[list[Board
         for board in [*fold.boards, *fold.ops, *fold.steps]:
             share = _share(fold, board)
             batch = open_batch.get(board)
-            if batch is None or batch.players + share.players > max_players:
+            # a share folded under another definition goes alone: the script refuses whichever is stale
+            if batch is None or batch.players + share.players > max_players or share.definition != batch.definition:
                 share.offsets = {partition: offset}
                 open_batch[board] = share
                 out.append(share)

@@ -19,7 +19,7 @@ from aiokafka.errors import CorruptRecordException, NoOffsetForPartitionError, O
 
 from flusher.batch import Sink
 from hotboard.board_store import DefinitionCache
-from hotboard.boards import BoardDef
+from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import Decoded, Decoder, InvalidEvent, Reason, boards_to_check, decode_all
 from hotboard.timing import Backoff, wait_or_stop
 from ingest.assignment import Assignment
@@ -150,15 +150,11 @@ class Intake:
                 self._pending.seal()
         return out
 
-    async def _definitions(self, decoded: list[Decoded]) -> dict[str, BoardDef]:
-        """The definitions of the boards in ``decoded``, read from Redis only when not cached. A cached one that
-        is out of date (declared while we fold) is caught by the flush script, which refuses the window."""
-        wanted = {f[0] for f in decoded if type(f) is tuple}
-        cache = self.definitions
-        missing = cache.missing(wanted)
-        found = await self._sink.load_definitions(missing) if missing else {}
-        cache.put(found)
-        return {b: found.get(b) or cache.get(b) or (await self._sink.load_definitions([b]))[b] for b in wanted}
+    async def _definitions(self, decoded: list[Decoded]) -> dict[str, BoardDef | DefinitionError]:
+        """The definitions of the boards in ``decoded``, read from Redis unless cached (declared ones only: an
+        undeclared board may be declared any time). A cached one that is out of date is caught by the flush
+        script, which refuses the window."""
+        return await self._sink.load_definitions({f[0] for f in decoded if type(f) is tuple}, self.definitions)
 
     async def _skip_unreadable(self, error: Exception) -> None:
         """Read every partition again from where we are with the lenient parser: a record whose header names

@@ -21,11 +21,11 @@ from typing import Any, NamedTuple
 import orjson
 
 from flusher.batch import BoardBatch
-from hotboard import earliest
-from hotboard.boards import BoardDef
-from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, TS, Decoded, Decoder, InvalidEvent, resolve
+from hotboard import codec, earliest
+from hotboard.boards import BoardDef, DefinitionError
+from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoded, Decoder, InvalidEvent, Reason, resolve
 from hotboard.earliest import Step
-from hotboard.keys import DEFAULT_BOARD, PLAYER_MAX_CHARS
+from hotboard.keys import DEFAULT_BOARD, MAX_EXACT, PLAYER_MAX_CHARS
 from hotboard.operators import Folded as OpState
 from hotboard.operators import event as op_event
 from hotboard.operators import fold as op_fold
@@ -114,6 +114,7 @@ class PartitionFold:
                     plain = (
                         "op" not in obj
                         and "meta" not in obj
+                        and "score" not in obj  # the decoder checks it even where the operator ignores it
                         and board in fast
                         and 0 < len(player) <= max_chars
                         and player.isprintable()  # AttributeError unless a str
@@ -140,7 +141,7 @@ class PartitionFold:
             invalid = len(dead) - dead_before
             # the first folded event's time, found after the loop (one decode per call, not a test per event)
             if done > invalid:
-                first_ts = _first_ts(records, done, decoder)
+                first_ts = codec.first_ts(records, done, decoder)
             self._settle(records, done, invalid, before, first_ts, last_ts)
         return Folded(done, done - invalid, invalid, 0)
 
@@ -150,7 +151,7 @@ class PartitionFold:
         decoded: Sequence[Decoded],
         watermarks: dict[str, int],
         clear: set[str],
-        defs: Mapping[str, BoardDef],
+        defs: Mapping[str, BoardDef | DefinitionError],
         fast: dict[str, BoardDef],
     ) -> Folded:
         """The general fold: every operator, ``meta``, and each event checked against its board's watermark
@@ -170,12 +171,18 @@ class PartitionFold:
                     dead.append((record, fields))
                     continue
                 board, player, op, delta, score, ts, meta = fields
-                definition = defs[board]
                 if board not in clear:
                     if record.offset <= watermarks[board]:
                         duplicates += 1
                         continue
                     clear.add(board)
+                # One definition per board for the whole fold: a cache reload mid-window must not split it
+                # (the flush script refuses the window if this one is stale).
+                found = self.defs.get(board) or (self.fast.get(board) if board in self.boards else None) or defs[board]
+                if isinstance(found, DefinitionError):
+                    dead.append((record, InvalidEvent(Reason.BAD_DEFINITION, str(found)[:300])))
+                    continue
+                definition = found
                 if definition.summable and board not in fast:
                     fast[board] = definition
                 operator = op or definition.operator
@@ -185,7 +192,14 @@ class PartitionFold:
                     dead.append((record, exc))
                     continue
                 self.defs[board] = definition
-                self._apply(board, player, operator, amount, definition, record, ts)
+                if definition.earliest and ts is None:
+                    ts = max(int(record.timestamp or 0), 0)  # the tie time comes from the record, never a clock
+                    if ts > MAX_EXACT:
+                        dead.append(
+                            (record, InvalidEvent(Reason.OUT_OF_RANGE, f"no ts; record timestamp {ts} > 2^53-1"))
+                        )
+                        continue
+                self._apply(board, player, operator, amount, definition, ts)
                 if meta is not None:
                     self.metas.setdefault(board, {})[player] = meta
                 if first_ts is None:
@@ -196,12 +210,9 @@ class PartitionFold:
             self._settle(records, done, invalid + duplicates, before, first_ts, last_ts)
         return Folded(done, done - invalid - duplicates, invalid, duplicates)
 
-    def _apply(
-        self, board: str, player: str, operator: str, amount: int, definition: BoardDef, record: Any, ts: int | None
-    ) -> None:
+    def _apply(self, board: str, player: str, operator: str, amount: int, definition: BoardDef, ts: int | None) -> None:
         if definition.earliest:
-            # the tie time comes from the record, never a clock: a replay ranks ties exactly as the first pass
-            when = ts if ts is not None else max(int(record.timestamp or 0), 0)
+            when = ts or 0
             steps = self.steps.setdefault(board, {}).setdefault(player, [])
             before = len(steps)
             earliest.push(steps, (operator, amount, when), definition.order == "desc")
@@ -244,18 +255,9 @@ class PartitionFold:
             self.max_ts_ms = ts_ms
 
     def largest_board(self) -> int:
-        sizes = [len(t) for forms in (self.boards, self.ops, self.steps) for t in forms.values()]
-        return max(sizes, default=0)
-
-
-def _first_ts(records: Sequence[Any], done: int, decoder: Decoder) -> int | None:
-    """The event time of the first valid record among ``records[:done]``."""
-    for i in range(done):
-        try:
-            return decoder.fields(records[i].value)[TS]
-        except InvalidEvent:
-            continue
-    return None
+        sizes = [len(t) for forms in (self.boards, self.ops) for t in forms.values()]
+        # steps, not players, size an earliest board's script: one player's unmergeable steps count each
+        return max(max(sizes, default=0), self.step_count)
 
 
 @dataclass(slots=True)

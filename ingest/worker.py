@@ -362,9 +362,7 @@ class Worker:
         try:
             if self._redis_suspect and await self._redis_restarted():
                 return True
-            # 1. dead letters into the outbox and out; a letter the DLQ refuses holds its partition's checkpoint
-            await self._send_dead_letters(window)
-            # 2. every board: compare-and-set its watermarks, apply its deltas; one round trip for all boards
+            # 1. every board: compare-and-set its watermarks, apply its deltas; one round trip for all boards
             batches, saturated = window.batches(self.settings.max_script_players)
             results = await self._sink.flush(batches, self._expected)
             duration = time.monotonic() - started
@@ -384,11 +382,14 @@ class Worker:
                 log.warning("%d boards were (re)declared while this window was folded; resynchronising", redefined)
                 self._resync("definition")
                 return True
-            # 3. learn the new watermarks of the boards that took the window
+            # 2. learn the new watermarks of the boards that took the window
             for batch in batches:
                 for p, offset in batch.offsets.items():
                     if (state := self._assignment.parts.get(p)) is not None:
                         state.applied(batch.board, offset)
+            # 3. dead letters into the outbox and out, only now: a window refused (fenced, redefined) is folded
+            #    again, and may judge them differently. A letter the DLQ refuses holds its partition's checkpoint
+            await self._send_dead_letters(window)
             # 4. every batch is confirmed: move the checkpoints, never past a dead letter still unacknowledged
             if not await self._advance_checkpoints(window):
                 return True

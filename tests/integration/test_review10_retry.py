@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from redis.asyncio import Redis
 
@@ -37,5 +39,6 @@ async def test_noscript_then_lost_reply(redis_client: Redis, definition: BoardDe
         assert got == expected
     if definition.ties == "dense":
         await check_dense(redis_client, "r", got)
-    pmeta = {k.decode(): v for k, v in (await redis_client.hgetall("hb:{r}:pmeta")).items()}
+    held = cast("dict[bytes, bytes]", await redis_client.hgetall("hb:{r}:pmeta"))
+    pmeta = {k.decode(): v for k, v in held.items()}
     assert pmeta == metas

@@ -19,7 +19,7 @@ from ingest.window import Window
 pytestmark = pytest.mark.integration
 
 
-async def test_one_player_alternating_deltas_is_one_huge_script(redis_client: Redis) -> None:
+async def test_one_players_unmergeable_steps_count_towards_the_seal(redis_client: Redis) -> None:
     definition = BoardDef("desc", "incr", "earliest")
     await board_store.declare(redis_client, "e", definition)
     n = 200_000
@@ -36,5 +36,6 @@ async def test_one_player_alternating_deltas_is_one_huge_script(redis_client: Re
     took = time.monotonic() - started
     print("one script", len(batches), "batches", result.outcome, f"{took:.2f}s")
     assert result.outcome is Outcome.APPLIED
-    assert fold.largest_board() < cap  # never sealed
-    assert took < 0.5, f"one flush script blocked Redis for {took:.2f}s"
+    # steps, not players, size the board: the intake seals a window long before one script gets this big
+    assert fold.largest_board() >= n // 2 >= cap
+    print(f"a {n}-step script (what sealing prevents) took {took:.2f}s")

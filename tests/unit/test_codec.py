@@ -64,6 +64,7 @@ def test_valid_events(value: bytes, expected: Event) -> None:
         (b'{"player": "p", "op": "set", "score": 9007199254740992}', Reason.OUT_OF_RANGE),
         (b'{"player": "p", "op": "best", "score": -9007199254740992}', Reason.OUT_OF_RANGE),
         (b'{"player": "p", "delta": 1, "ts": 9007199254740992}', Reason.OUT_OF_RANGE),
+        (b'{"player": "p", "delta": 123456789012345678901234567890}', Reason.OUT_OF_RANGE),
         (b'{"player": "p", "op": "set", "score": 1.5}', Reason.BAD_TYPE),
         (b'{"player": "p", "op": "best", "delta": 1}', Reason.MISSING_FIELD),
         (b'{"player": "p", "op": "incr", "score": 1}', Reason.MISSING_FIELD),

@@ -144,13 +144,16 @@ def test_script_args_in_doubles_equal_the_exact_result(evs: list[Event], order: 
     """What Lua would compute with doubles, from script_args, is the exact held result."""
     state = folded(evs, order)
     args = ScriptArgs(*script_args(state))
-    assert all(-M <= v <= M for v in args)
+    assert all(-2 * M <= v <= 2 * M for v in args)
     assert (args.d1 >= 0 and args.d2 >= 0) or (args.d1 <= 0 and args.d2 <= 0)
     if current is None:
         lua = float(args.absent)
     else:
         lua = min(max((float(current) + float(args.d1)) + float(args.d2), float(args.lo)), float(args.hi))
-    assert lua == result(state, current)
+    held = max(-float(M), min(float(M), lua))  # the script's hold, counted where it changes the value
+    assert held == result(state, current)
+    exact = state.absent if current is None else apply(state.op, current)
+    assert (held != lua) == (abs(exact) > M)
 
 
 @pytest.mark.parametrize(
