@@ -37,7 +37,8 @@ async def declare(redis: Redis, board: str, definition: BoardDef, now_ms: int | 
     if not keys.is_valid_board(board):
         raise DefinitionError("board must be 1-64 characters of A-Z a-z 0-9 _ . : -")
     created = int(time.time() * 1000) if now_ms is None else now_ms
-    args = [definition.spec, definition.order, definition.operator, definition.ties, created, DEFAULT.spec]
+    d = definition
+    args = [d.spec, d.order, d.operator, d.ties, created, DEFAULT.spec, d.reset, d.keep, d.grace_ms]
     board_keys = [keys.def_key(board), keys.board_key(board), keys.meta_key(board)]
     status, stored = (_text(v) for v in await _DEFINE(redis, board_keys, args))
     if status != "refused":

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal, get_args
+
+from hotboard.periods import NEVER, Schedule, parse_reset
 
 Order = Literal["desc", "asc"]
 Operator = Literal["incr", "decr", "set", "best"]
@@ -32,6 +35,16 @@ TIES: tuple[Ties, ...] = get_args(Ties)
 
 #: Width of the tie time at the start of an ``earliest`` member: every ms time up to 2^53 - 1 has 16 digits.
 TIE_DIGITS = 16
+#: Defaults of a seasonal board: closed periods kept queryable, and how long late events still count.
+DEFAULT_KEEP = 4
+DEFAULT_GRACE_MS = 60_000
+MAX_KEEP = 1000
+
+
+@lru_cache(maxsize=1024)
+def schedule_of(reset: str) -> Schedule:
+    """Parsed once per distinct ``reset`` (a cron expression costs a parse)."""
+    return parse_reset(reset)
 
 
 class DefinitionError(ValueError):
@@ -43,22 +56,46 @@ class BoardDef:
     order: Order = "desc"
     operator: Operator = "incr"
     ties: Ties = "shared"
+    #: never, hourly, daily, weekly, monthly or a 5-field cron expression (UTC): see hotboard.periods.
+    reset: str = NEVER
+    keep: int = DEFAULT_KEEP
+    grace_ms: int = DEFAULT_GRACE_MS
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("order", self.order, ORDERS), ("operator", self.operator, OPERATORS),
                                      ("ties", self.ties, TIES)):  # fmt: skip
             if value not in allowed:
                 raise DefinitionError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        try:
+            schedule = schedule_of(self.reset)
+        except ValueError as exc:
+            raise DefinitionError(str(exc)) from None
+        if schedule.reset != self.reset:
+            object.__setattr__(self, "reset", schedule.reset)  # canonical: one spelling, one spec
+        if type(self.keep) is not int or not 0 <= self.keep <= MAX_KEEP:
+            raise DefinitionError(f"keep must be an integer between 0 and {MAX_KEEP}, got {self.keep!r}")
+        if type(self.grace_ms) is not int or self.grace_ms < 0:
+            raise DefinitionError(f"grace_ms must be a non-negative integer, got {self.grace_ms!r}")
 
     @property
     def spec(self) -> str:
-        """The canonical one-string form, compared by the flush scripts: ``desc/incr/shared``."""
-        return f"{self.order}/{self.operator}/{self.ties}"
+        """The canonical one-string form, compared by the flush scripts: ``desc/incr/shared``, and for a
+        seasonal board ``desc/incr/shared|weekly|4|60000`` (``|``: a cron expression has spaces and slashes)."""
+        base = f"{self.order}/{self.operator}/{self.ties}"
+        return base if not self.seasonal else f"{base}|{self.reset}|{self.keep}|{self.grace_ms}"
+
+    @property
+    def seasonal(self) -> bool:
+        return self.reset != NEVER
+
+    @property
+    def schedule(self) -> Schedule:
+        return schedule_of(self.reset)
 
     @property
     def summable(self) -> bool:
         """Events of the board's own operator fold by ``+=`` and flush by ZINCRBY (the fast path)."""
-        return self.operator == "incr" and self.ties in ("shared", "lexical")
+        return self.operator == "incr" and self.ties in ("shared", "lexical") and not self.seasonal
 
     @property
     def earliest(self) -> bool:
@@ -74,18 +111,25 @@ class BoardDef:
         """Read highest-stored-first (ZREVRANGE)?"""
         return self.order == "desc" and not self.earliest
 
-    def as_dict(self) -> dict[str, str]:
-        return {"order": self.order, "operator": self.operator, "ties": self.ties}
+    def as_dict(self) -> dict[str, str | int]:
+        return {"order": self.order, "operator": self.operator, "ties": self.ties, "reset": self.reset,
+                "keep": self.keep, "grace_ms": self.grace_ms}  # fmt: skip
 
 
 DEFAULT = BoardDef()
 
 
 def from_spec(spec: str) -> BoardDef:
-    parts = spec.split("/")
-    if len(parts) != 3:
-        raise DefinitionError(f"a definition spec is order/operator/ties, got {spec[:60]!r}")
-    return BoardDef(*parts)  # type: ignore[arg-type]  # validated in __post_init__
+    base, *season = spec.split("|")
+    parts = base.split("/")
+    if len(parts) != 3 or len(season) not in (0, 3):
+        raise DefinitionError(f"a definition spec is order/operator/ties[|reset|keep|grace_ms], got {spec[:60]!r}")
+    if not season:
+        return BoardDef(*parts)  # type: ignore[arg-type]  # validated in __post_init__
+    reset, keep, grace = season
+    if not (keep.isdigit() and grace.isdigit()):
+        raise DefinitionError(f"keep and grace_ms in a spec are integers, got {spec[:60]!r}")
+    return BoardDef(*parts, reset, int(keep), int(grace))  # type: ignore[arg-type, call-arg]
 
 
 def from_hash(fields: Mapping[bytes, bytes] | Mapping[str, str]) -> BoardDef:
@@ -102,4 +146,5 @@ def from_hash(fields: Mapping[bytes, bytes] | Mapping[str, str]) -> BoardDef:
 
 
 def to_hash(definition: BoardDef, created_ms: int) -> dict[str, str]:
-    return {**definition.as_dict(), "spec": definition.spec, "created": str(created_ms)}
+    fields = {k: str(v) for k, v in definition.as_dict().items()}
+    return {**fields, "spec": definition.spec, "created": str(created_ms)}

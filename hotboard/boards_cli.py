@@ -110,7 +110,7 @@ async def _create(redis: Redis, args: argparse.Namespace) -> int:
 async def _list(redis: Redis, args: argparse.Namespace) -> int:
     if args.page_size < 1:
         raise Refused("--page-size must be at least 1")
-    rows: list[dict[str, str]] = []
+    rows: list[dict[str, str | int]] = []
     after: str | None = None
     while True:
         found, after = await board_store.page(redis, after, args.page_size)
@@ -154,7 +154,7 @@ async def _show(redis: Redis, args: argparse.Namespace) -> int:
     return 0
 
 
-def _definition(definition: BoardDef) -> dict[str, str]:
+def _definition(definition: BoardDef) -> dict[str, str | int]:
     return {**definition.as_dict(), "spec": definition.spec}
 
 

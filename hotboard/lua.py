@@ -368,9 +368,9 @@ class Script:
 # --- board definitions (hotboard.board_store)
 
 #: Declare a board. KEYS: def hash, board zset, meta hash (one hash tag: the board index, in its own slot, is
-#: written after it). ARGV: spec, order, operator, ties, created ms, default spec. A board is "written" once
-#: its sorted set or meta hash exists (a window was applied): from then on its definition (declared, or the
-#: default when undeclared) cannot change.
+#: written after it). ARGV: spec, order, operator, ties, created ms, default spec, reset, keep, grace_ms. A board
+#: is "written" once its sorted set or meta hash exists (a window was applied; a seasonal board's meta hash is
+#: marked when its first period is): from then on its definition (declared, or the default) cannot change.
 #: Returns {'created'|'unchanged'|'replaced', stored spec} or {'refused', stored spec}.
 DEFINE = """
 local stored = redis.call('HGET', KEYS[1], 'spec')
@@ -379,7 +379,7 @@ if stored == ARGV[1] then return {'unchanged', stored} end
 local written = redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1
 if written and current ~= ARGV[1] then return {'refused', current} end
 redis.call('HSET', KEYS[1], 'spec', ARGV[1], 'order', ARGV[2], 'operator', ARGV[3], 'ties', ARGV[4],
-           'created', ARGV[5])
+           'created', ARGV[5], 'reset', ARGV[7], 'keep', ARGV[8], 'grace_ms', ARGV[9])
 if stored then return {'replaced', stored} end
 return {'created', current}
 """

@@ -88,6 +88,9 @@ class BoardSummary(TypedDict):
     order: Order
     operator: Operator
     ties: Ties
+    reset: Annotated[str, Schema(description="never, hourly, daily, weekly, monthly or a cron expression (UTC)")]
+    keep: Annotated[int, Schema(minimum=0, description="Closed periods kept queryable")]
+    grace_ms: Annotated[int, Schema(minimum=0, description="How long after a period closes its late events count")]
 
 
 class BoardList(TypedDict):
@@ -100,6 +103,9 @@ class BoardInfo(TypedDict):
     order: Order
     operator: Operator
     ties: Ties
+    reset: Annotated[str, Schema(description="never, hourly, daily, weekly, monthly or a cron expression (UTC)")]
+    keep: Annotated[int, Schema(minimum=0, description="Closed periods kept queryable")]
+    grace_ms: Annotated[int, Schema(minimum=0, description="How long after a period closes its late events count")]
     declared: Annotated[bool, Schema(description="Declared (hotboard boards create); else the default definition")]
     size: Total
     as_of: AsOf

@@ -15,6 +15,9 @@ from hotboard.process import free_port
 
 pytestmark = pytest.mark.integration
 
+#: The season fields of a board that never resets.
+NEVER = {"reset": "never", "keep": 4, "grace_ms": 60_000}
+
 Capture = pytest.CaptureFixture[str]
 
 
@@ -43,7 +46,8 @@ def test_create_then_same_create_is_unchanged(redis_url: str, sync_redis: redis.
                        "--redis", redis_url)  # fmt: skip
     assert code == 0
     assert json.loads(out) == {"board": "speed", "outcome": "unchanged", "order": "asc", "operator": "best",
-                               "ties": "shared", "spec": "asc/best/shared", "previous": "asc/best/shared"}  # fmt: skip
+                               "ties": "shared", **NEVER, "spec": "asc/best/shared",
+                               "previous": "asc/best/shared"}  # fmt: skip
 
 
 def test_redis_from_the_environment(redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Capture) -> None:
@@ -116,7 +120,7 @@ def test_list_walks_every_page(redis_url: str, sync_redis: redis.Redis, capsys: 
     code, out, _ = run(capsys, "boards", "list", "--json", "--redis", redis_url)  # default page size, 3 pages
     rows = json.loads(out)
     assert code == 0 and [r["board"] for r in rows] == [*names, "flushed-only"]
-    assert rows[249] == {"board": "b249", "order": "desc", "operator": "incr", "ties": "lexical",
+    assert rows[249] == {"board": "b249", "order": "desc", "operator": "incr", "ties": "lexical", **NEVER,
                          "spec": "desc/incr/lexical"}  # fmt: skip
     assert run(capsys, "boards", "list", "--page-size", "0", "--redis", redis_url)[0] == 2
 
@@ -126,8 +130,8 @@ def test_show_text_and_json(redis_url: str, sync_redis: redis.Redis, capsys: Cap
     code, out, _ = run(capsys, "boards", "show", "race", "--json", "--redis", redis_url)
     info = json.loads(out)
     assert code == 0 and info["created"] > 0
-    assert info == {"board": "race", "order": "asc", "operator": "incr", "ties": "dense", "spec": "asc/incr/dense",
-                    "declared": True, "created": info["created"], "size": 0, "version": None,
+    assert info == {"board": "race", "order": "asc", "operator": "incr", "ties": "dense", **NEVER,
+                    "spec": "asc/incr/dense", "declared": True, "created": info["created"], "size": 0, "version": None,
                     "as_of": None}  # fmt: skip
 
     sync_redis.zadd(keys.board_key("race"), {"a": 1, "b": 2, "c": 3})

@@ -22,6 +22,9 @@ from tests.integration.conftest_reader import asgi_client, conforms, reference_r
 
 pytestmark = pytest.mark.integration
 
+#: The season fields of a board that never resets.
+NEVER = {"reset": "never", "keep": 4, "grace_ms": 60_000}
+
 AS_OF = 1_700_000_000_000
 
 
@@ -219,7 +222,7 @@ async def test_one_board(client: httpx.AsyncClient, redis_client: Redis) -> None
     await board_store.declare(redis_client, "speedrun", BoardDef("asc", "best", "earliest"), now_ms=1)
     declared = await get_json(client, "/v1/boards/speedrun")
     conforms(declared, BoardInfo)
-    assert declared == {"board": "speedrun", "order": "asc", "operator": "best", "ties": "earliest",
+    assert declared == {"board": "speedrun", "order": "asc", "operator": "best", "ties": "earliest", **NEVER,
                         "declared": True, "size": 0, "as_of": None, "version": None}  # fmt: skip
     # Declared, nothing applied yet: an empty board, not an unknown one.
     assert await get_json(client, "/v1/boards/speedrun/top") == {"board": "speedrun", "total": 0, "entries": [],
@@ -227,7 +230,7 @@ async def test_one_board(client: httpx.AsyncClient, redis_client: Redis) -> None
     assert (await get_json(client, "/v1/boards/speedrun/players/a", 404))["error"] == "player_not_found"
     await build(redis_client, "plain", {"a": 1, "b": 2})
     assert await get_json(client, "/v1/boards/plain") == {
-        "board": "plain", "order": "desc", "operator": "incr", "ties": "shared", "declared": False, "size": 2,
+        "board": "plain", "order": "desc", "operator": "incr", "ties": "shared", **NEVER, "declared": False, "size": 2,
         "as_of": AS_OF, "version": 1,
     }  # fmt: skip
     assert (await get_json(client, "/v1/boards/nope", 404))["error"] == "board_not_found"

@@ -129,8 +129,8 @@ def test_shapes() -> None:
 
 def test_board_info() -> None:
     declared = snapshot.board_info("g", [1, 2, b"3", b"4", 1, b"asc/best/dense"])
-    assert declared == {"board": "g", "order": "asc", "operator": "best", "ties": "dense", "declared": True,
-                        "size": 2, "as_of": 4, "version": 3}  # fmt: skip
+    assert declared == {"board": "g", "order": "asc", "operator": "best", "ties": "dense", "reset": "never", "keep": 4,
+                        "grace_ms": 60_000, "declared": True, "size": 2, "as_of": 4, "version": 3}  # fmt: skip
     assert snapshot.board_info("g", [0, 0, None, None, 1, b"desc/set/earliest"])["size"] == 0
     default = snapshot.board_info("g", [1, 5, None, None, 0, None])
     assert (default["order"], default["ties"], default["declared"], default["as_of"]) == ("desc", "shared", False, None)
