@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Sequence
+from functools import lru_cache
 from itertools import chain
 from typing import Any
 
@@ -22,6 +23,7 @@ from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, CheckpointResul
 from hotboard import earliest, keys, lua, operators
 from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
+from hotboard.periods import expire_at_ms, split_period_board
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +104,12 @@ class RedisSink:
         and operators. Idempotent, so a registry lost with a Redis restart is rebuilt by later flushes."""
         new = {b for b in boards if b not in self._registered}
         if new:
-            await self._redis.zadd(keys.BOARD_INDEX_KEY, dict.fromkeys(new, 0))
+            logical = {split_period_board(b)[0] for b in new}
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.zadd(keys.BOARD_INDEX_KEY, dict.fromkeys(logical, 0))
+                for board in logical - new:  # a seasonal board: marked written, so its definition is now fixed
+                    pipe.hsetnx(keys.meta_key(board), keys.META_PERIODS, 1)
+                await pipe.execute()
             self._registered.update(new)
 
     def forget_registry(self) -> None:
@@ -145,6 +152,7 @@ class RedisSink:
         for partition, offset in batch.offsets.items():
             fence += (self.field(partition), expected(board, partition), offset)
         fence.append(definition.spec)
+        fence += _season(board, definition)
         plain = batch.states is None and batch.steps is None and not batch.metas
         if plain and definition.ties in ("shared", "lexical"):
             args = _FLUSH.command([*_board_keys(board)[:4]], fence)
@@ -212,6 +220,16 @@ class RedisSink:
         if status == -2:
             return BoardResult(batch.board, Outcome.REDEFINED, 0)
         raise ResponseError(f"unexpected flush script reply {reply!r}")
+
+
+@lru_cache(maxsize=4096)
+def _season(board: str, definition: BoardDef) -> tuple[int, int]:
+    """(seed the period's definition copy, expire at ms) of a batch: (0, 0) unless ``board`` is a period."""
+    _, period_id = split_period_board(board)
+    if period_id is None or not definition.seasonal:
+        return 0, 0
+    schedule = definition.schedule
+    return 1, expire_at_ms(schedule, schedule.parse_id(period_id), definition.keep, definition.grace_ms)
 
 
 def _board_keys(board: str) -> list[str]:

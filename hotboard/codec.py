@@ -40,6 +40,8 @@ class Reason(StrEnum):
     OUT_OF_RANGE = "out_of_range"
     #: The board's stored definition (``hb:{B}:def``) is not one hotboard wrote: its events wait in the DLQ.
     BAD_DEFINITION = "bad_definition"
+    #: A seasonal board's event whose record was written after its period closed (end + grace).
+    PERIOD_CLOSED = "period_closed"
     #: The client could not parse the record itself (e.g. a header name that is not UTF-8); or validation met
     #: something it did not expect. The record is dead-lettered with what could be read of it.
     UNREADABLE = "unreadable"

@@ -17,6 +17,8 @@ BOARD_INDEX_KEY = f"{PREFIX}:board-index"
 #: Fields of ``hb:{B}:meta``.
 META_VERSION = "version"
 META_AS_OF = "as_of"
+#: Set on a seasonal board's own meta hash once a worker writes one of its periods: it is then written.
+META_PERIODS = "periods"
 
 BOARD_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 PLAYER_MAX_CHARS = 128

@@ -18,9 +18,11 @@ from hotboard.keys import MAX_EXACT, META_AS_OF, META_VERSION
 
 #: The fence every flush script starts with: compare-and-set on the board's watermarks, then the definition
 #: check. KEYS[2] applied hash, KEYS[4] definition hash. ARGV: n, then n triples (field, expected watermark, new
-#: watermark), then the spec the window was folded under. Returns early with {1} when this exact step was applied
-#: already (a retry after a lost reply); {-1, current...} when fenced (someone else moved a watermark: a new
-#: owner, or Redis lost writes); {-2, spec} when the board's definition is not the one the worker folded with.
+#: watermark), then the spec the window was folded under, whether a missing definition is seeded with it (1 on
+#: a period board: ``B@2026-W49`` keeps a copy of B's), and when the keys expire (ms; 0: never).
+#: Returns early with {1} when this exact step was applied already (a retry after a lost reply); {-1,
+#: current...} when fenced (someone else moved a watermark: a new owner, or Redis lost writes); {-2, spec} when
+#: the board's definition is not the one the worker folded with.
 _FENCE = f"""
 local n = tonumber(ARGV[1])
 local fenced = false
@@ -37,7 +39,14 @@ if fenced then
   table.insert(current, 1, -1)
   return current
 end
-local spec = redis.call('HGET', KEYS[4], 'spec') or '{DEFAULT.spec}'
+local spec = redis.call('HGET', KEYS[4], 'spec')
+if not spec and ARGV[3 + 3 * n] == '1' then
+  -- a period board's first window: it keeps a copy of its board's definition (the reads use it)
+  spec = ARGV[2 + 3 * n]
+  local order, operator, ties = string.match(spec, '^(%a+)/(%a+)/(%a+)')
+  redis.call('HSET', KEYS[4], 'spec', spec, 'order', order, 'operator', operator, 'ties', ties)
+end
+spec = spec or '{DEFAULT.spec}'
 if spec ~= ARGV[2 + 3 * n] then return {{-2, spec}} end
 local board = KEYS[1]
 local max = {MAX_EXACT}
@@ -55,6 +64,12 @@ redis.call('HSET', KEYS[2], unpack(marks))
 local version = redis.call('HINCRBY', KEYS[3], '{META_VERSION}', 1)
 local t = redis.call('TIME')
 redis.call('HSET', KEYS[3], '{META_AS_OF}', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local expire = tonumber(ARGV[4 + 3 * n])
+if expire > 0 then
+  for _, key in ipairs(KEYS) do
+    if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, expire) end
+  end
+end
 return {{0, version, saturated}}
 """
 
@@ -65,7 +80,7 @@ return {{0, version, saturated}}
 FLUSH = (
     _FENCE
     + """
-for i = 3 + 3 * n, #ARGV, 2 do
+for i = 5 + 3 * n, #ARGV, 2 do
   local total = tonumber(redis.call('ZINCRBY', board, ARGV[i + 1], ARGV[i]))
   if total > max then
     redis.call('ZADD', board, max, ARGV[i])
@@ -88,7 +103,7 @@ end
 APPLY = (
     _FENCE
     + """
-local base = 3 + 3 * n
+local base = 5 + 3 * n
 local mode, desc, dense, sign = ARGV[base], ARGV[base + 1] == 'desc', ARGV[base + 2] == '1', tonumber(ARGV[base + 3])
 local stop = base + 5 + tonumber(ARGV[base + 4])
 local i = base + 5

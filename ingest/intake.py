@@ -22,6 +22,7 @@ from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import Decoded, Decoder, InvalidEvent, Reason, boards_to_check, decode_all
 from hotboard.timing import Backoff, wait_or_stop
+from ingest import seasons
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
 from ingest.lenient_records import lenient_fetches, unreadable_header
@@ -119,9 +120,11 @@ class Intake:
             if steady.consumed < len(chunk):
                 rest = chunk[steady.consumed :]
                 decoded = decode_all(rest, self._decoder)
-                unknown = boards_to_check(decoded, state.watermarks)
                 try:
                     defs = await self._definitions(decoded)
+                    # seasonal boards' events go to their period's board (watermarks are per period board)
+                    decoded, defs = seasons.route(rest, decoded, defs)
+                    unknown = boards_to_check(decoded, state.watermarks)
                     if unknown:
                         marks, checkpoint = await self._sink.load_watermarks(tp.partition, unknown)
                 except TRANSIENT as exc:

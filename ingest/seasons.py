@@ -1,0 +1,51 @@
+"""Seasonal boards: each event goes to the period of its event time, or to the dead-letter topic when its
+period closed before the record was written. Pure, no I/O, no clock: decided from the record alone, so a replay
+months later decides exactly as the first pass did.
+
+A period of board ``B`` is a board of its own, ``B@<period id>`` (``hb:{B@2026-W49}``: its own hash tag, so
+periods spread over a cluster), folded and flushed like any other board under ``B``'s definition. Nothing runs
+at a period's start: a period exists once its first event is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hotboard.boards import BoardDef, DefinitionError
+from hotboard.codec import TS, Decoded, InvalidEvent, Reason
+from hotboard.periods import is_late, period_board
+
+
+def route(
+    records: Sequence[Any], decoded: Sequence[Decoded], defs: Mapping[str, BoardDef | DefinitionError]
+) -> tuple[list[Decoded], dict[str, BoardDef | DefinitionError]]:
+    """``decoded`` with every event of a seasonal board renamed to its period board (or turned into a dead
+    letter: ``period_closed``, or no event time at all), and ``defs`` extended with the period boards."""
+    out: list[Decoded] = []
+    out_defs = dict(defs)
+    for record, fields in zip(records, decoded, strict=True):
+        definition = defs.get(fields[0]) if type(fields) is tuple else None
+        if not isinstance(definition, BoardDef) or not definition.seasonal:
+            out.append(fields)
+            continue
+        assert type(fields) is tuple
+        written = record.timestamp if record.timestamp is not None else -1
+        ts = fields[TS] if fields[TS] is not None else written
+        if ts < 0:
+            out.append(InvalidEvent(Reason.MISSING_FIELD, "ts is required on a seasonal board when the record has "
+                                    "no timestamp"))  # fmt: skip
+            continue
+        try:
+            period = definition.schedule.period_of(ts)
+        except (ValueError, OverflowError):  # past year 9999: no calendar holds it
+            out.append(InvalidEvent(Reason.OUT_OF_RANGE, f"event time {ts} ms has no period"))
+            continue
+        if is_late(period, written, definition.grace_ms):
+            why = f"event time {ts} is in period {period.id}, closed at {period.end_ms} (+{definition.grace_ms} ms)"
+            out.append(InvalidEvent(Reason.PERIOD_CLOSED, f"{why}; record written at {written}"))
+            continue
+        name = period_board(fields[0], period.id)
+        out_defs[name] = definition
+        out.append((name, *fields[1:]))
+    return out, out_defs
