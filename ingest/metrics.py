@@ -16,7 +16,7 @@ from flusher.batch import BoardResult, Outcome
 from hotboard.codec import Reason
 
 if TYPE_CHECKING:
-    from ingest.window import Window
+    from ingest.pending import Window
 
 #: Causes of a resynchronisation: a fenced board batch, a checkpoint that moved under us, a Redis restart.
 RESYNC_REASONS = ("fenced", "checkpoint", "redis_restart", "definition")

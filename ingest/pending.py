@@ -1,11 +1,66 @@
-"""What is folded and not yet flushed: the active window and the sealed ones waiting for their flush."""
+"""What is folded and not yet flushed: windows (every partition's fold since the last flush), the active one and
+the sealed ones waiting for their flush."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ingest.window import Window
+from flusher.batch import BoardBatch
+from ingest.batching import merge
+from ingest.window import DeadLetter, PartitionFold
+
+
+@dataclass(slots=True)
+class Window:
+    """Pending work of every assigned partition since the last successful flush."""
+
+    parts: dict[int, PartitionFold] = field(default_factory=dict)
+
+    def fold_for(self, partition: int) -> PartitionFold:
+        fold = self.parts.get(partition)
+        if fold is None:
+            fold = self.parts[partition] = PartitionFold()
+        return fold
+
+    @property
+    def entries(self) -> int:
+        """Pending board-player pairs (an upper bound when producers split one player over partitions)."""
+        return sum(fold.entries for fold in self.parts.values())
+
+    @property
+    def events(self) -> int:
+        return sum(fold.events for fold in self.parts.values())
+
+    @property
+    def dead_count(self) -> int:
+        return sum(len(fold.dead) for fold in self.parts.values())
+
+    def is_empty(self) -> bool:
+        return all(fold.last_offset < 0 for fold in self.parts.values())
+
+    def largest_board(self) -> int:
+        """Most players any one partition holds for any one board: what one script would carry at least."""
+        return max((fold.largest_board() for fold in self.parts.values()), default=0)
+
+    def take_dead_letters(self) -> list[DeadLetter]:
+        letters = [letter for fold in self.parts.values() for letter in fold.dead]
+        for fold in self.parts.values():
+            fold.dead = []
+        return letters
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        for partition in partitions:
+            self.parts.pop(partition, None)
+
+    def offsets(self) -> dict[int, int]:
+        """partition -> last folded offset, for partitions that folded anything."""
+        return {p: fold.last_offset for p, fold in self.parts.items() if fold.last_offset >= 0}
+
+    def batches(self, max_players: int) -> tuple[list[BoardBatch], int]:
+        """The window as board batches of at most ``max_players`` players where partitions allow, and how many
+        deltas were held at +-MAX_EXACT (:func:`ingest.batching.merge`)."""
+        return merge(self.parts, max_players)
 
 
 @dataclass(slots=True)

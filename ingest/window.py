@@ -14,13 +14,12 @@ watermark after a repositioning, and the first time a board is seen).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
 
-from flusher.batch import BoardBatch
 from hotboard import codec, earliest
 from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoded, Decoder, InvalidEvent, Reason, resolve
@@ -30,7 +29,6 @@ from hotboard.operators import Folded as OpState
 from hotboard.operators import event as op_event
 from hotboard.operators import fold as op_fold
 from hotboard.operators import summed
-from ingest.batching import merge
 
 #: (the consumed record, why it is invalid). Kept in the window like a delta until its flush.
 DeadLetter = tuple[Any, InvalidEvent]
@@ -60,8 +58,10 @@ class PartitionFold:
     ops: dict[str, dict[str, OpState]] = field(default_factory=dict)
     #: board -> player -> steps to replay, for ``earliest`` boards (see :mod:`hotboard.earliest`).
     steps: dict[str, dict[str, list[Step]]] = field(default_factory=dict)
-    #: Steps held in ``steps`` (kept as the fold goes: counting them would cost a walk per call).
+    #: Steps held in ``steps``, and the most players any one board holds: kept as the fold goes (a walk over
+    #: every board per call would cost milliseconds with 100,000 boards).
     step_count: int = 0
+    largest: int = 0
     #: board -> player -> the last ``meta`` seen (compact JSON).
     metas: dict[str, dict[str, bytes]] = field(default_factory=dict)
     #: board -> the definition its events were folded under (the flush script checks it is still the one).
@@ -99,7 +99,8 @@ class PartitionFold:
         dead_before = len(dead)
         max_bytes, max_chars, default_board = MAX_VALUE_BYTES, PLAYER_MAX_CHARS, DEFAULT_BOARD
         min_delta, max_delta = -MAX_ABS_DELTA, MAX_ABS_DELTA
-        before = self.pending_players()
+        added = 0
+        largest = self.largest
         first_ts = last_ts = None
         done = 0
         try:
@@ -120,7 +121,7 @@ class PartitionFold:
                         and player.isprintable()  # AttributeError unless a str
                         and type(delta) is int  # exact: bool is an int subclass; floats would make totals inexact
                         and min_delta <= delta <= max_delta
-                        and ((type(ts) is int and ts >= 0) or ts is None)
+                        and ((type(ts) is int and 0 <= ts <= max_delta) or ts is None)
                         and len(value) <= max_bytes
                     )
                 except Exception:  # noqa: BLE001 - not JSON, no value, not an object, a wrong type: the slow path says why
@@ -134,15 +135,23 @@ class PartitionFold:
                         continue
                     if board not in fast or op not in (None, "incr") or meta is not None or delta is None:
                         break  # its watermark or its operator decides: the general fold
-                boards[board][player] += delta
+                deltas = boards[board]
+                if player in deltas:
+                    deltas[player] += delta
+                else:  # counted here, not by walking every board after the loop: 100,000 boards make that slow
+                    deltas[player] = delta
+                    added += 1
+                    if len(deltas) > largest:
+                        largest = len(deltas)
                 last_ts = ts
                 done += 1
         finally:
+            self.largest = largest
             invalid = len(dead) - dead_before
             # the first folded event's time, found after the loop (one decode per call, not a test per event)
             if done > invalid:
                 first_ts = codec.first_ts(records, done, decoder)
-            self._settle(records, done, invalid, before, first_ts, last_ts)
+            self._settle(records, done, invalid, added, first_ts, last_ts)
         return Folded(done, done - invalid, invalid, 0)
 
     def fold_checked(
@@ -160,7 +169,7 @@ class PartitionFold:
         skipped. A board whose watermark lies behind moves to ``clear``, and to ``fast`` if it sums."""
         dead = self.dead
         dead_before = len(dead)
-        before = self.pending_players()
+        added = 0
         duplicates = 0
         first_ts = last_ts = None
         done = 0
@@ -199,7 +208,7 @@ class PartitionFold:
                             (record, InvalidEvent(Reason.OUT_OF_RANGE, f"no ts; record timestamp {ts} > 2^53-1"))
                         )
                         continue
-                self._apply(board, player, operator, amount, definition, ts)
+                added += self._apply(board, player, operator, amount, definition, ts)
                 if meta is not None:
                     self.metas.setdefault(board, {})[player] = meta
                 if first_ts is None:
@@ -207,38 +216,43 @@ class PartitionFold:
                 last_ts = ts
         finally:
             invalid = len(dead) - dead_before
-            self._settle(records, done, invalid + duplicates, before, first_ts, last_ts)
+            self._settle(records, done, invalid + duplicates, added, first_ts, last_ts)
         return Folded(done, done - invalid - duplicates, invalid, duplicates)
 
-    def _apply(self, board: str, player: str, operator: str, amount: int, definition: BoardDef, ts: int | None) -> None:
+    def _apply(self, board: str, player: str, operator: str, amount: int, definition: BoardDef, ts: int | None) -> int:
+        """Fold one event; returns how many pending entries it added (a player, or a step)."""
         if definition.earliest:
-            when = ts or 0
             steps = self.steps.setdefault(board, {}).setdefault(player, [])
             before = len(steps)
-            earliest.push(steps, (operator, amount, when), definition.order == "desc")
+            earliest.push(steps, (operator, amount, ts or 0), definition.order == "desc")
             self.step_count += len(steps) - before
-        elif operator == "incr" and board not in self.ops:
-            self.boards[board][player] += amount
+            return len(steps) - before
+        table: dict[str, Any]
+        if operator == "incr" and board not in self.ops:
+            table = self.boards[board]
+            new = player not in table
+            table[player] = table.get(player, 0) + amount
         else:
             states = self.ops.get(board)
             if states is None:  # leaves the += form for this window: what was summed so far comes first
                 states = self.ops[board] = {p: summed(d) for p, d in self.boards.pop(board, {}).items()}
+            table = states
+            new = player not in states
             states[player] = op_fold(states.get(player), op_event(operator, amount, definition.order))
-
-    def pending_players(self) -> int:
-        """Board-player pairs pending (the sum and clamp forms) plus every step held for ``earliest`` players."""
-        return sum(map(len, self.boards.values())) + sum(map(len, self.ops.values())) + self.step_count
+        if new and len(table) > self.largest:
+            self.largest = len(table)
+        return int(new)
 
     def _settle(
         self,
         records: Sequence[Any],
         done: int,
         not_folded: int,
-        entries_before: int,
+        added: int,
         first_ts: int | None,
         last_ts: int | None,
     ) -> None:
-        self.entries += self.pending_players() - entries_before
+        self.entries += added
         self.events += done - not_folded
         if done:
             self.last_offset = records[done - 1].offset
@@ -255,58 +269,5 @@ class PartitionFold:
             self.max_ts_ms = ts_ms
 
     def largest_board(self) -> int:
-        sizes = [len(t) for forms in (self.boards, self.ops) for t in forms.values()]
         # steps, not players, size an earliest board's script: one player's unmergeable steps count each
-        return max(max(sizes, default=0), self.step_count)
-
-
-@dataclass(slots=True)
-class Window:
-    """Pending work of every assigned partition since the last successful flush."""
-
-    parts: dict[int, PartitionFold] = field(default_factory=dict)
-
-    def fold_for(self, partition: int) -> PartitionFold:
-        fold = self.parts.get(partition)
-        if fold is None:
-            fold = self.parts[partition] = PartitionFold()
-        return fold
-
-    @property
-    def entries(self) -> int:
-        """Pending board-player pairs (an upper bound when producers split one player over partitions)."""
-        return sum(fold.entries for fold in self.parts.values())
-
-    @property
-    def events(self) -> int:
-        return sum(fold.events for fold in self.parts.values())
-
-    @property
-    def dead_count(self) -> int:
-        return sum(len(fold.dead) for fold in self.parts.values())
-
-    def is_empty(self) -> bool:
-        return all(fold.last_offset < 0 for fold in self.parts.values())
-
-    def largest_board(self) -> int:
-        """Most players any one partition holds for any one board: what one script would carry at least."""
-        return max((fold.largest_board() for fold in self.parts.values()), default=0)
-
-    def take_dead_letters(self) -> list[DeadLetter]:
-        letters = [letter for fold in self.parts.values() for letter in fold.dead]
-        for fold in self.parts.values():
-            fold.dead = []
-        return letters
-
-    def drop(self, partitions: Iterable[int]) -> None:
-        for partition in partitions:
-            self.parts.pop(partition, None)
-
-    def offsets(self) -> dict[int, int]:
-        """partition -> last folded offset, for partitions that folded anything."""
-        return {p: fold.last_offset for p, fold in self.parts.items() if fold.last_offset >= 0}
-
-    def batches(self, max_players: int) -> tuple[list[BoardBatch], int]:
-        """The window as board batches of at most ``max_players`` players where partitions allow, and how many
-        deltas were held at +-MAX_EXACT (:func:`ingest.batching.merge`)."""
-        return merge(self.parts, max_players)
+        return max(self.largest, self.step_count)

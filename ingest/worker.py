@@ -47,9 +47,8 @@ from ingest.metrics import WorkerMetrics
 from ingest.ops_http import serve_ops
 from ingest.partitions import Halt
 from ingest.pausing import PauseReason
-from ingest.pending import Pending
+from ingest.pending import Pending, Window
 from ingest.settings import WorkerSettings
-from ingest.window import Window
 
 log = logging.getLogger("hotboard.worker")
 

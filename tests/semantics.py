@@ -16,7 +16,7 @@ import orjson
 from flusher.batch import BoardBatch
 from hotboard.boards import BoardDef
 from hotboard.codec import Decoder, decode_all
-from ingest.window import Window
+from ingest.pending import Window
 
 #: player -> (score, tie time): tie time is the event time of the last event that changed the score.
 Board = dict[str, tuple[int, int]]

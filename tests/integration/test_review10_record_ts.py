@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from hotboard import board_store
 from hotboard.boards import BoardDef
 from hotboard.codec import Decoder, decode_all
-from ingest.window import Window
+from ingest.pending import Window
 
 pytestmark = pytest.mark.integration
 

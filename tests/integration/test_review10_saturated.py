@@ -15,7 +15,7 @@ from hotboard import board_store
 from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Decoder, decode_all
 from hotboard.keys import MAX_EXACT
-from ingest.window import Window
+from ingest.pending import Window
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from flusher.redis_sink import RedisSink
 from hotboard import board_store
 from hotboard.boards import BoardDef
 from hotboard.codec import Decoder, decode_all
-from ingest.window import Window
+from ingest.pending import Window
 
 pytestmark = pytest.mark.integration
 

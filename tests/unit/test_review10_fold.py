@@ -11,7 +11,7 @@ from hotboard import earliest
 from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Decoder, InvalidEvent, decode_all
 from hotboard.keys import MAX_EXACT
-from ingest.window import Window
+from ingest.pending import Window
 
 
 def _rec(offset: int, body: dict[str, object]) -> SimpleNamespace:

@@ -13,7 +13,8 @@ import pytest
 from flusher.batch import MAX_EXACT, BoardBatch
 from hotboard.boards import DEFAULT
 from hotboard.codec import Decoder, InvalidEvent, boards_to_check, decode_all
-from ingest.window import PartitionFold, Window
+from ingest.pending import Window
+from ingest.window import PartitionFold
 
 
 def _rec(offset: int, board: str, player: str, delta: int) -> SimpleNamespace:
