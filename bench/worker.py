@@ -432,7 +432,7 @@ async def flush_once(redis: Redis, sink: RedisSink, players: int, tag: str) -> F
     if await redis.zcard(keys.board_key(batch.board)) != players:
         raise RuntimeError("flush bench: wrong cardinality")
     t1 = clock()
-    sink._command(batch, lambda board, partition: NO_WATERMARK)  # bench-only: the Python arg-building share
+    sink._commands([batch], lambda board, partition: NO_WATERMARK)  # bench-only: the Python arg-building share
     build = clock() - t1
     return FlushRun(seconds, build, stat_delta(before, after, "evalsha", "usec"))
 

@@ -1,7 +1,8 @@
 """Apply window batches to Redis exactly once, and read back the watermarks and checkpoints that make it so.
 
-Each board batch is one ``EVALSHA`` of :data:`hotboard.lua.FLUSH`: a compare-and-set on the board's
-watermarks followed by the board's ZINCRBYs, the watermark HSET and the meta update. Readers see a whole
+Each board batch is applied by one script (:data:`hotboard.lua.FLUSH`, which takes many small boards per call,
+or :data:`hotboard.lua.APPLY`): a compare-and-set on the board's watermarks followed by its writes, the
+watermark HSET and the meta update. Readers see a whole
 batch or none of it, and a zombie that lost its partitions cannot apply a window the new owner applies too.
 All batches of a window go out in one pipelined round trip; the checkpoints follow in a second one, only
 after every batch of the window is confirmed.
@@ -29,14 +30,17 @@ log = logging.getLogger(__name__)
 
 _FLUSH = lua.Script(lua.FLUSH)
 _APPLY = lua.Script(lua.APPLY)
+#: Boards per FLUSH call at most (each brings four keys).
+MAX_GROUP = 1000
 
 
 class RedisSink:
     """The :class:`flusher.batch.Sink` on one Redis (or one Redis Cluster slot per board and per topic)."""
 
-    def __init__(self, redis: Redis, topic: str) -> None:
+    def __init__(self, redis: Redis, topic: str, script_players: int = 4000) -> None:
         self._redis = redis
         self._topic = topic
+        self._script_players = script_players
         self._registered: set[str] = set()
 
     def field(self, partition: int) -> str:
@@ -117,23 +121,37 @@ class RedisSink:
         self._registered.clear()
 
     async def flush(self, batches: Sequence[BoardBatch], expected: ExpectedWatermark) -> list[BoardResult]:
-        """Apply every batch, each atomically and fenced, all in one pipelined round trip."""
+        """Apply every batch, each atomically and fenced, all in one pipelined round trip. Plain batches share
+        FLUSH calls (up to ``script_players`` players and ``MAX_GROUP`` boards per call): 100,000 small boards
+        cost a few dozen scripts and replies, not 100,000."""
         if not batches:
             return []
         await self.register_boards(b.board for b in batches)
+        commands, owners = self._commands(batches, expected)
 
         async def send(indices: Sequence[int]) -> list[Any]:
-            return await self._send([self._command(batches[i], expected) for i in indices])
+            return await self._send([commands[i] for i in indices])
 
         # A NOSCRIPT reply (Redis restarted and forgot the script) applied nothing: just those are resent.
-        replies = await send(range(len(batches)))
+        replies = await send(range(len(commands)))
         again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if again:
             for script in (_FLUSH, _APPLY):
                 await self._redis.script_load(script.text)
             for i, reply in zip(again, await send(again), strict=True):
                 replies[i] = reply
-        return [self._result(batch, reply) for batch, reply in zip(batches, replies, strict=True)]
+        per_batch: list[Any] = [None] * len(batches)
+        for command, (reply, owned) in enumerate(zip(replies, owners, strict=True)):
+            if isinstance(reply, Exception):
+                raise reply
+            if commands[command][1] == _APPLY.sha:
+                per_batch[owned[0]] = reply
+                continue
+            if len(reply) != len(owned):
+                raise ResponseError(f"flush script answered {len(reply)} boards for {len(owned)}")
+            for i, board_reply in zip(owned, reply, strict=True):
+                per_batch[i] = board_reply
+        return [self._result(batch, reply) for batch, reply in zip(batches, per_batch, strict=True)]
 
     async def advance_checkpoints(self, moves: dict[int, tuple[int, int]]) -> list[CheckpointResult]:
         """``moves``: partition -> (expected, new). Each moves only from the value the worker expects."""
@@ -145,19 +163,54 @@ class RedisSink:
         replies = await self._redis.eval(lua.CHECKPOINT, 1, keys.checkpoint_key(self._topic), *args)
         return [CheckpointResult(p, int(ok) == 1, int(prev)) for p, (ok, prev) in zip(moves, replies, strict=True)]
 
-    def _command(self, batch: BoardBatch, expected: ExpectedWatermark) -> list[Any]:
+    def _commands(
+        self, batches: Sequence[BoardBatch], expected: ExpectedWatermark
+    ) -> tuple[list[list[Any]], list[list[int]]]:
+        """The EVALSHA commands of a window, and which batches each one carries (in reply order)."""
+        commands: list[list[Any]] = []
+        owners: list[list[int]] = []
+        group_keys: list[str] = []
+        group_args: list[Any] = []
+        group: list[int] = []
+        players = 0
+
+        def close() -> None:
+            nonlocal group_keys, group_args, group, players
+            if group:
+                commands.append(_FLUSH.command(group_keys, group_args))
+                owners.append(group)
+            group_keys, group_args, group, players = [], [], [], 0
+
+        for i, batch in enumerate(batches):
+            fence = self._fence(batch, expected)
+            plain = batch.states is None and batch.steps is None and not batch.metas
+            if not (plain and batch.definition.ties in ("shared", "lexical")):
+                commands.append(self._apply_command(batch, fence))
+                owners.append([i])
+                continue
+            if group and (players + len(batch.deltas) > self._script_players or len(group) >= MAX_GROUP):
+                close()
+            group_keys += _board_keys(batch.board)[:4]
+            group_args += fence
+            group_args.append(2 * len(batch.deltas))
+            group_args.extend(chain.from_iterable(batch.deltas.items()))
+            group.append(i)
+            players += len(batch.deltas)
+        close()
+        return commands, owners
+
+    def _fence(self, batch: BoardBatch, expected: ExpectedWatermark) -> list[Any]:
         board = batch.board
-        definition = batch.definition
         fence: list[Any] = [len(batch.offsets)]
         for partition, offset in batch.offsets.items():
             fence += (self.field(partition), expected(board, partition), offset)
-        fence.append(definition.spec)
-        fence += _season(board, definition)
-        plain = batch.states is None and batch.steps is None and not batch.metas
-        if plain and definition.ties in ("shared", "lexical"):
-            args = _FLUSH.command([*_board_keys(board)[:4]], fence)
-            args.extend(chain.from_iterable(batch.deltas.items()))
-            return args
+        fence.append(batch.definition.spec)
+        fence += _season(board, batch.definition)
+        return fence
+
+    def _apply_command(self, batch: BoardBatch, fence: list[Any]) -> list[Any]:
+        board = batch.board
+        definition = batch.definition
         players: list[Any] = []
         if batch.steps is not None:
             mode = "steps"

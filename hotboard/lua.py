@@ -16,82 +16,100 @@ from redis.exceptions import NoScriptError
 from hotboard.boards import DEFAULT, TIE_DIGITS
 from hotboard.keys import MAX_EXACT, META_AS_OF, META_VERSION
 
-#: The fence every flush script starts with: compare-and-set on the board's watermarks, then the definition
-#: check. KEYS[2] applied hash, KEYS[4] definition hash. ARGV: n, then n triples (field, expected watermark, new
-#: watermark), then the spec the window was folded under, whether a missing definition is seeded with it (1 on
-#: a period board: ``B@2026-W49`` keeps a copy of B's), and when the keys expire (ms; 0: never).
-#: Returns early with {1} when this exact step was applied already (a retry after a lost reply); {-1,
-#: current...} when fenced (someone else moved a watermark: a new owner, or Redis lost writes); {-2, spec} when
-#: the board's definition is not the one the worker folded with.
-_FENCE = f"""
-local n = tonumber(ARGV[1])
-local fenced = false
-local already = true
-local current = {{}}
-for i = 0, n - 1 do
-  local cur = redis.call('HGET', KEYS[2], ARGV[2 + 3 * i]) or '-1'
-  current[i + 1] = cur
-  if cur ~= ARGV[3 + 3 * i] then fenced = true end
-  if cur ~= ARGV[4 + 3 * i] then already = false end
-end
-if fenced then
-  if already then return {{1}} end
-  table.insert(current, 1, -1)
-  return current
-end
-local spec = redis.call('HGET', KEYS[4], 'spec')
-if not spec and ARGV[3 + 3 * n] == '1' then
-  -- a period board's first window: it keeps a copy of its board's definition (the reads use it)
-  spec = ARGV[2 + 3 * n]
-  local order, operator, ties = string.match(spec, '^(%a+)/(%a+)/(%a+)')
-  redis.call('HSET', KEYS[4], 'spec', spec, 'order', order, 'operator', operator, 'ties', ties)
-end
-spec = spec or '{DEFAULT.spec}'
-if spec ~= ARGV[2 + 3 * n] then return {{-2, spec}} end
-local board = KEYS[1]
+#: What every flush script starts with: for one board (its KEYS from ``k + 1``, its ARGV from ``a + 1``),
+#: ``fence`` is the compare-and-set on its watermarks, then the definition check; ``commit`` writes the new
+#: watermarks and bumps its meta. A board's ARGV: n, then n triples (field, expected watermark, new watermark),
+#: the spec the window was folded under, whether a missing definition is seeded with it (1 on a period board:
+#: ``B@2026-W49`` keeps a copy of B's), and when its keys expire (ms; 0: never). KEYS: board zset, applied
+#: hash, meta hash, definition hash (and the aux structures for APPLY). ``fence`` answers nil and n to go on,
+#: or the board's reply: {1} this exact step was applied already (a retry after a lost reply); {-1,
+#: current...} fenced (someone else moved a watermark: a new owner, or Redis lost writes); {-2, spec} the
+#: board's definition is not the one the worker folded with. ``commit`` answers {0, version, saturated}.
+_PRELUDE = f"""
 local max = {MAX_EXACT}
-local saturated = 0
-"""
-
-#: The end of every flush script: the new watermarks and the meta bump. Returns {0, version, saturated}.
-_COMMIT = f"""
-local marks = {{}}
-for i = 0, n - 1 do
-  marks[2 * i + 1] = ARGV[2 + 3 * i]
-  marks[2 * i + 2] = ARGV[4 + 3 * i]
-end
-redis.call('HSET', KEYS[2], unpack(marks))
-local version = redis.call('HINCRBY', KEYS[3], '{META_VERSION}', 1)
-local t = redis.call('TIME')
-redis.call('HSET', KEYS[3], '{META_AS_OF}', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-local expire = tonumber(ARGV[4 + 3 * n])
-if expire > 0 then
-  for _, key in ipairs(KEYS) do
-    if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, expire) end
+local function fence(k, a)
+  local n = tonumber(ARGV[a + 1])
+  local fenced, already, current = false, true, {{}}
+  for i = 0, n - 1 do
+    local cur = redis.call('HGET', KEYS[k + 2], ARGV[a + 2 + 3 * i]) or '-1'
+    current[i + 1] = cur
+    if cur ~= ARGV[a + 3 + 3 * i] then fenced = true end
+    if cur ~= ARGV[a + 4 + 3 * i] then already = false end
   end
+  if fenced then
+    if already then return {{1}}, n end
+    table.insert(current, 1, -1)
+    return current, n
+  end
+  local want = ARGV[a + 2 + 3 * n]
+  local spec = redis.call('HGET', KEYS[k + 4], 'spec')
+  if not spec and ARGV[a + 3 + 3 * n] == '1' then
+    -- a period board's first window: it keeps a copy of its board's definition (the reads use it)
+    spec = want
+    local order, operator, ties = string.match(spec, '^(%a+)/(%a+)/(%a+)')
+    redis.call('HSET', KEYS[k + 4], 'spec', spec, 'order', order, 'operator', operator, 'ties', ties)
+  end
+  spec = spec or '{DEFAULT.spec}'
+  if spec ~= want then return {{-2, spec}}, n end
+  return nil, n
 end
-return {{0, version, saturated}}
+local now = nil
+local function commit(k, a, n, nkeys, saturated)
+  local marks = {{}}
+  for i = 0, n - 1 do
+    marks[2 * i + 1] = ARGV[a + 2 + 3 * i]
+    marks[2 * i + 2] = ARGV[a + 4 + 3 * i]
+  end
+  redis.call('HSET', KEYS[k + 2], unpack(marks))
+  local version = redis.call('HINCRBY', KEYS[k + 3], '{META_VERSION}', 1)
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  redis.call('HSET', KEYS[k + 3], '{META_AS_OF}', now)
+  local expire = tonumber(ARGV[a + 4 + 3 * n])
+  if expire > 0 then
+    for j = k + 1, k + nkeys do
+      if redis.call('PTTL', KEYS[j]) == -1 then redis.call('PEXPIREAT', KEYS[j], expire) end
+    end
+  end
+  return {{0, version, saturated}}
+end
 """
 
-#: One board's share of one window of ``incr`` events on a board without aux structures (ties shared or
-#: lexical, no meta): the fence, then one ZINCRBY per player. KEYS: board zset, applied hash, meta hash,
-#: definition hash. ARGV: the fence's, then player/delta pairs. Totals are held at +-MAX_EXACT: beyond 2^53 a
-#: double no longer holds every integer.
+#: Windows of ``incr`` events on boards without aux structures (ties shared or lexical, no meta), several boards
+#: per call (many small boards cost one script, not one each; a Redis Cluster sink groups them by slot): for
+#: each board, the fence, then one ZINCRBY per player. KEYS: four per board (see _PRELUDE). ARGV per board: the
+#: fence's, the number m of player/delta arguments, then them. Answers one reply per board. Totals are held at
+#: +-MAX_EXACT: beyond 2^53 a double no longer holds every integer.
 FLUSH = (
-    _FENCE
+    _PRELUDE
     + """
-for i = 5 + 3 * n, #ARGV, 2 do
-  local total = tonumber(redis.call('ZINCRBY', board, ARGV[i + 1], ARGV[i]))
-  if total > max then
-    redis.call('ZADD', board, max, ARGV[i])
-    saturated = saturated + 1
-  elseif total < -max then
-    redis.call('ZADD', board, -max, ARGV[i])
-    saturated = saturated + 1
+local out = {}
+local k, a = 0, 0
+while a < #ARGV do
+  local early, n = fence(k, a)
+  local last = a + 5 + 3 * n + tonumber(ARGV[a + 5 + 3 * n])
+  if early then
+    out[#out + 1] = early
+  else
+    local board, saturated = KEYS[k + 1], 0
+    for i = a + 6 + 3 * n, last - 1, 2 do
+      local total = tonumber(redis.call('ZINCRBY', board, ARGV[i + 1], ARGV[i]))
+      if total > max then
+        redis.call('ZADD', board, max, ARGV[i])
+        saturated = saturated + 1
+      elseif total < -max then
+        redis.call('ZADD', board, -max, ARGV[i])
+        saturated = saturated + 1
+      end
+    end
+    out[#out + 1] = commit(k, a, n, 4, saturated)
   end
+  k, a = k + 4, last
 end
+return out
 """
-    + _COMMIT
 )
 
 #: Every other window: the fence, then each player's new score from its old one, by ``mode``:
@@ -101,8 +119,11 @@ end
 #: meta hash, definition hash, player meta hash, members hash, dense zset, counts hash. ARGV after the fence:
 #: mode, order, dense (1/0), sign (-1 stores -score), the number of player arguments, them, then meta pairs.
 APPLY = (
-    _FENCE
+    _PRELUDE
     + """
+local early, n = fence(0, 0)
+if early then return early end
+local board, saturated = KEYS[1], 0
 local base = 5 + 3 * n
 local mode, desc, dense, sign = ARGV[base], ARGV[base + 1] == 'desc', ARGV[base + 2] == '1', tonumber(ARGV[base + 3])
 local stop = base + 5 + tonumber(ARGV[base + 4])
@@ -191,8 +212,8 @@ end
 for j = stop, #ARGV, 2 do
   redis.call('HSET', KEYS[5], ARGV[j], ARGV[j + 1])
 end
+return commit(0, 0, n, 8, saturated)
 """
-    + _COMMIT
 )
 
 #: Advance per-partition checkpoints, each only from the value the worker knows. KEYS: checkpoint hash.

@@ -145,7 +145,7 @@ class Worker:
                     s.redis, socket_timeout=s.redis_timeout_s, socket_connect_timeout=s.redis_timeout_s
                 )
                 self._stack.push_async_callback(self._redis.aclose)
-            self._sink = RedisSink(self._redis, s.topic)
+            self._sink = RedisSink(self._redis, s.topic, s.max_script_players)
             self._consumer = AIOKafkaConsumer(**consumer_config(s))
             self._producer = AIOKafkaProducer(**producer_config(s))
             self._assignment = Assignment(s, self._consumer, self._sink, self.metrics)

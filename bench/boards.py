@@ -1,0 +1,125 @@
+"""Many small boards (per-guild boards): 100,000 boards with a few players each, measured on one redis-server.
+
+Prints, for one window that touches every board (``--boards`` x ``--players`` events, keyed by player over
+``--partitions`` partitions) folded by the worker's own fold and flushed by its own sink:
+
+- fold and batching time, and the worker process's RSS growth while the window is pending;
+- flush time of the window: first (every board and player new) and again (every score updated);
+- positioning after a rebalance: the one HMGET of checkpoints, and the lazy watermark lookups the first
+  events of every board then make (in the intake's chunks), against the goal of 1 s;
+- ``GET /v1/boards``'s page read (``board_store.page``, 100 names) with that many boards registered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import orjson
+from redis.asyncio import Redis
+
+from flusher.redis_sink import RedisSink
+from hotboard import board_store
+from hotboard.boards import DEFAULT
+from hotboard.codec import Decoder
+from hotboard.devstack import RedisServer, free_port
+from ingest.pending import Window
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def records(boards: int, players: int, partitions: int, round_no: int) -> dict[int, list[SimpleNamespace]]:
+    out: dict[int, list[SimpleNamespace]] = {p: [] for p in range(partitions)}
+    for b in range(boards):
+        for i in range(players):
+            player = f"g{b}-p{i}"
+            p = hash(player) % partitions
+            body = {"board": f"guild-{b}", "player": player, "delta": 1 + round_no + i}
+            out[p].append(SimpleNamespace(offset=len(out[p]) + round_no * boards * players, value=orjson.dumps(body)))
+    return out
+
+
+def fold(parts: dict[int, list[SimpleNamespace]], boards: int) -> Window:
+    """The steady fold, as the intake runs it once every board is past its watermark (chunks of 1,000)."""
+    decoder = Decoder(max_known_boards=boards)
+    fast = {f"guild-{b}": DEFAULT for b in range(boards)}
+    window = Window()
+    for p, recs in parts.items():
+        f = window.fold_for(p)
+        for i in range(0, len(recs), 1000):
+            done = f.fold_batch(recs[i : i + 1000], fast, decoder)
+            assert done.consumed == len(recs[i : i + 1000])
+    return window
+
+
+async def bench(url: str, args: argparse.Namespace) -> None:
+    redis = Redis.from_url(url)
+    sink = RedisSink(redis, "bench")
+    marks: dict[tuple[str, int], int] = {}
+    print(f"{args.boards:,} boards x {args.players} players, {args.partitions} partitions, one window each")
+    for round_no, label in enumerate(("first window (all new)", "second window (updates)")):
+        parts = records(args.boards, args.players, args.partitions, round_no)
+        rss0 = rss_mib()
+        started = time.perf_counter()
+        window = fold(parts, args.boards)
+        folded = time.perf_counter() - started
+        batches, _ = window.batches(4000)
+        batched = time.perf_counter() - started - folded
+        rss1 = rss_mib()
+        started = time.perf_counter()
+        results = await sink.flush(batches, lambda b, p: marks.get((b, p), -1))
+        flushed = time.perf_counter() - started
+        assert all(r.outcome.value == "applied" for r in results)
+        for batch in batches:
+            for p, off in batch.offsets.items():
+                marks[batch.board, p] = off
+        print(f"  {label}: fold {folded:.2f} s, batches {batched:.2f} s ({len(batches):,}), "
+              f"flush {flushed:.2f} s (goal 0.5 s), RSS +{rss1 - rss0:.0f} MiB while pending")  # fmt: skip
+        del window, batches, parts
+    await redis.hset("hb:ckpt:{bench}", mapping={str(p): 10**9 for p in range(args.partitions)})
+    started = time.perf_counter()
+    await sink.load_positions(range(args.partitions))
+    positions = time.perf_counter() - started
+    names = [f"guild-{b}" for b in range(args.boards)]
+    started = time.perf_counter()
+    for p in range(args.partitions):
+        mine = names[p :: args.partitions]
+        for i in range(0, len(mine), 1000):
+            await sink.load_watermarks(p, mine[i : i + 1000])
+    lookups = time.perf_counter() - started
+    print(f"  positioning after a rebalance: checkpoints {positions * 1000:.1f} ms (one HMGET, whatever the boards); "
+          f"then lazy watermark lookups of all {args.boards:,} boards {lookups:.2f} s (goal 1 s)")  # fmt: skip
+    started = time.perf_counter()
+    page, _ = await board_store.page(redis, "guild-5", 100)
+    print(f"  GET /v1/boards page of {len(page)}: {(time.perf_counter() - started) * 1000:.1f} ms")
+    print(f"  worker process RSS now {rss_mib():.0f} MiB")
+    await redis.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.boards", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--boards", type=int, default=100_000)
+    ap.add_argument("--players", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=8)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = RedisServer(free_port(), Path(tmp), appendonly=False)
+        server.start()
+        try:
+            asyncio.run(bench(server.url, args))
+        finally:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
