@@ -225,6 +225,7 @@ def test_seasons_are_exact_through_kill_9_across_a_period_boundary(
         assert headers[ERROR_HEADER].decode().startswith("period_closed: ")
         sources.add(headers[SOURCE_HEADER])
     assert len(sources) == late
+    assert steady.metric("hotboard_rebalances_total") >= 2
 
 
 def _in_order(
