@@ -32,6 +32,7 @@ _FLUSH = lua.Script(lua.FLUSH)
 _APPLY = lua.Script(lua.APPLY)
 #: Boards per FLUSH call at most (each brings four keys).
 MAX_GROUP = 1000
+_NOT_SEASONAL = (0, 0)
 
 
 class RedisSink:
@@ -41,6 +42,7 @@ class RedisSink:
         self._redis = redis
         self._topic = topic
         self._script_players = script_players
+        self._fields: dict[int, str] = {}
         self._registered: set[str] = set()
 
     def field(self, partition: int) -> str:
@@ -190,7 +192,8 @@ class RedisSink:
                 continue
             if group and (players + len(batch.deltas) > self._script_players or len(group) >= MAX_GROUP):
                 close()
-            group_keys += _board_keys(batch.board)[:4]
+            board = batch.board
+            group_keys += (keys.board_key(board), keys.applied_key(board), keys.meta_key(board), keys.def_key(board))
             group_args += fence
             group_args.append(2 * len(batch.deltas))
             group_args.extend(chain.from_iterable(batch.deltas.items()))
@@ -201,11 +204,14 @@ class RedisSink:
 
     def _fence(self, batch: BoardBatch, expected: ExpectedWatermark) -> list[Any]:
         board = batch.board
+        fields = self._fields
         fence: list[Any] = [len(batch.offsets)]
         for partition, offset in batch.offsets.items():
-            fence += (self.field(partition), expected(board, partition), offset)
-        fence.append(batch.definition.spec)
-        fence += _season(board, batch.definition)
+            field = fields.get(partition) or fields.setdefault(partition, self.field(partition))
+            fence += (field, expected(board, partition), offset)
+        definition = batch.definition
+        fence.append(definition.spec)
+        fence += _season(board, definition) if definition.seasonal else _NOT_SEASONAL
         return fence
 
     def _apply_command(self, batch: BoardBatch, fence: list[Any]) -> list[Any]:
