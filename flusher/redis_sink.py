@@ -225,10 +225,15 @@ class RedisSink:
                 for op, amount, ts in steps:
                     players += (op, amount, earliest.tie_text(ts))
         elif batch.states is not None:
-            mode = "clamp"
-            for player, state in batch.states.items():
-                players.append(player)
-                players.extend(operators.script_args(state))
+            best = operators.best_scores(batch.states, definition.order)
+            if best is not None:  # every player's window is a best: (player, score) pairs, a third of the args
+                mode = "best"
+                players.extend(chain.from_iterable(best.items()))
+            else:
+                mode = "clamp"
+                for player, state in batch.states.items():
+                    players.append(player)
+                    players.extend(operators.script_args(state))
         else:
             mode = "sum"
             players.extend(chain.from_iterable(batch.deltas.items()))

@@ -113,7 +113,8 @@ return out
 )
 
 #: Every other window: the fence, then each player's new score from its old one, by ``mode``:
-#: ``sum`` (player, delta), ``clamp`` (player, d1, d2, lo, hi, absent: see hotboard.operators.script_args) or
+#: ``sum`` (player, delta), ``best`` (player, score: every window a plain best), ``clamp`` (player, d1, d2, lo,
+#: hi, absent: see hotboard.operators.script_args) or
 #: ``steps`` (player, k, then k triples operator, amount, 16-digit time: replayed as hotboard.earliest.replay);
 #: then the aux structures of dense and earliest boards, and the players' meta. KEYS: board zset, applied hash,
 #: meta hash, definition hash, player meta hash, members hash, dense zset, counts hash. ARGV after the fence:
@@ -135,8 +136,7 @@ local function hold(x)
   return x
 end
 local function count(score, by)
-  local s = string.format('%.17g', score)
-  counts[s] = (counts[s] or 0) + by
+  counts[score] = (counts[score] or 0) + by  -- keyed by the number: printed once per distinct score, below
 end
 local function put(p, old, new)
   if old == new then return end
@@ -185,6 +185,10 @@ while i < stop do
     if mode == 'sum' then
       new = hold((old or 0) + tonumber(ARGV[i + 1]))
       i = i + 2
+    elseif mode == 'best' then
+      new = tonumber(ARGV[i + 1])
+      if old and ((desc and old > new) or (not desc and old < new)) then new = old end
+      i = i + 2
     else
       if old then
         new = math.min(math.max(old + tonumber(ARGV[i + 1]) + tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])),
@@ -198,14 +202,15 @@ while i < stop do
     put(p, old, new)
   end
 end
-for s, c in pairs(counts) do
+for score, c in pairs(counts) do
   if c ~= 0 then
-    local now = redis.call('HINCRBY', KEYS[8], s, c)
-    if now <= 0 then
+    local s = string.format('%.17g', score)
+    local held = redis.call('HINCRBY', KEYS[8], s, c)
+    if held <= 0 then
       redis.call('HDEL', KEYS[8], s)
       redis.call('ZREM', KEYS[7], s)
-    elseif now == c then
-      redis.call('ZADD', KEYS[7], tonumber(s), s)
+    elseif held == c then
+      redis.call('ZADD', KEYS[7], score, s)
     end
   end
 end

@@ -167,3 +167,16 @@ def script_args(state: Folded) -> tuple[int, int, int, int, int]:
     lo = -2 * m if lo is None else _clip(lo)
     hi = 2 * m if hi is None else _clip(hi)
     return d1, d - d1, lo, hi, _clip(absent)
+
+
+def best_scores(states: dict[str, Folded], order: str) -> dict[str, int] | None:
+    """player -> score when every state is a plain ``best`` (keep the better of the score before and this
+    one, or this one for an absent player), as any run of best events folds to; None otherwise."""
+    out: dict[str, int] = {}
+    desc = order == "desc"
+    for player, ((d, lo, hi), absent) in states.items():
+        bound = lo if desc else hi
+        if d or bound != absent or (hi if desc else lo) is not None:
+            return None
+        out[player] = absent
+    return out

@@ -211,3 +211,22 @@ def test_operators_as_clamps() -> None:
 def test_rejected(operator: str, amount: int, order: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         event(operator, amount, order)
+
+
+@settings(max_examples=500)
+@given(st.lists(st.tuples(st.sampled_from(["best", "incr", "set"]), st.integers(-50, 50)), min_size=1, max_size=8),
+       st.sampled_from(["desc", "asc"]), st.one_of(st.none(), st.integers(-60, 60)))  # fmt: skip
+def test_best_scores_is_the_clamp_when_it_says_so(evs: list[tuple[str, int]], order: str, current: int | None) -> None:
+    from hotboard.operators import best_scores
+
+    state = None
+    for op, amount in evs:
+        state = fold(state, event(op, amount, order))
+    assert state is not None
+    found = best_scores({"p": state}, order)
+    if all(op == "best" for op, _ in evs):
+        assert found is not None  # any run of bests folds to one best
+    if found is not None:
+        s = found["p"]
+        lua = s if current is None else (max(current, s) if order == "desc" else min(current, s))
+        assert lua == result(state, current)
