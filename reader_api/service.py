@@ -26,7 +26,9 @@ T = TypeVar("T")
 
 def _label(answer: Any, target: Target) -> None:
     """A period's answer names the logical board and the period (the scripts saw the period board)."""
-    if target.period is not None:
+    if isinstance(answer, tuple):  # a top page: (header, page)
+        answer = answer[1]
+    if target.period is not None and answer is not None:
         answer["board"] = target.board
         answer["period"] = target.period.id
 
