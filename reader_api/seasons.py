@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 
 from hotboard import board_store, keys
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError
-from hotboard.periods import Period, period_board
+from hotboard.periods import Period, Schedule, period_board
 from reader_api.errors import ApiError, invalid, not_found
 
 #: ms since the epoch, UTC.
@@ -42,8 +42,15 @@ class Target:
     board: str
     name: str
     period: Period | None = None
-    #: The periods that may be asked for (current first), whether they exist or not.
-    kept: tuple[Period, ...] = ()
+    definition: BoardDef = DEFAULT
+    now_ms: int = 0
+
+    @property
+    def kept(self) -> tuple[Period, ...]:
+        """The periods that may be asked for (current first), whether they exist or not; computed on the error
+        path only (``keep`` may be 1000)."""
+        d = self.definition
+        return tuple(d.schedule.kept(self.now_ms, d.keep)) if d.seasonal else ()
 
 
 class NotKept(Exception):
@@ -54,6 +61,18 @@ class NotKept(Exception):
         self.board, self.period_id, self.kept = board, period_id, tuple(kept)
 
 
+def _is_kept(schedule: Schedule, current: Period, wanted: Period, keep: int) -> bool:
+    """Walks back from the current period only as far as ``wanted``: ``current`` and ``previous`` cost 0-1 steps."""
+    p = current
+    for step in range(keep + 1):
+        if p == wanted:
+            return True
+        if p.start_ms < wanted.start_ms or step == keep:
+            return False
+        p = schedule.previous(p)
+    return False
+
+
 def resolve(board: str, definition: BoardDef, period: str | None, now_ms: int) -> Target:
     """``period`` (None: absent) of ``board`` at ``now_ms`` -> the board to read. 422 for a malformed id or a
     period asked of a board that never resets; :class:`NotKept` for a period outside the kept ones."""
@@ -62,19 +81,20 @@ def resolve(board: str, definition: BoardDef, period: str | None, now_ms: int) -
             return Target(board, board)
         raise invalid("period", f"board {board!r} never resets: only 'current' (or no period) is accepted")
     schedule = definition.schedule
-    kept = tuple(schedule.kept(now_ms, definition.keep))
+    current = schedule.period_of(now_ms)
     if period is None or period == CURRENT:
-        wanted = kept[0]
+        wanted = current
     elif period == PREVIOUS:
-        wanted = schedule.previous(kept[0])
+        wanted = schedule.previous(current)
     else:
         try:
             wanted = schedule.parse_id(period)
         except ValueError as exc:
             raise invalid("period", f"must be current, previous or a period id: {exc}") from None
-    if wanted not in kept:
-        raise NotKept(board, wanted.id, kept)
-    return Target(board, period_board(board, wanted.id), wanted, kept)
+    target = Target(board, period_board(board, wanted.id), wanted, definition, now_ms)
+    if not _is_kept(schedule, current, wanted, definition.keep):
+        raise NotKept(board, wanted.id, target.kept)
+    return target
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,3 +95,20 @@ def test_a_board_that_never_resets_is_itself_and_refuses_other_periods() -> None
         with pytest.raises(ApiError) as caught:
             resolve("plain", DEFAULT, period, now)
         assert caught.value.status == 422 and "never resets" in caught.value.message
+
+
+@pytest.mark.parametrize("reset", ["hourly", "daily", "weekly", "monthly", "0 7 * * 1-5"])
+@pytest.mark.parametrize("now", [ms(2026, 12, 31, 23, 59), ms(2027, 1, 4), ms(2028, 2, 29, 6), ms(2028, 3, 1)])
+def test_kept_walk_agrees_with_the_kept_list(reset: str, now: int) -> None:
+    """resolve walks back only as far as the period asked; it must accept exactly Schedule.kept's periods."""
+    for keep in range(4):
+        definition = BoardDef(reset=reset, keep=keep)
+        schedule = definition.schedule
+        kept = schedule.kept(now, keep)
+        candidates = [schedule.next(kept[0]), *schedule.kept(now, keep + 3)]
+        for p in candidates:
+            try:
+                accepted = resolve("b", definition, p.id, now).period == p
+            except NotKept:
+                accepted = False
+            assert accepted == (p in kept), (reset, keep, p.id)
