@@ -36,6 +36,9 @@ DESCRIPTION = """Read-only leaderboard queries over the hotboard Redis layout.
 * Every answer is one consistent snapshot of the board (one atomic Redis script): rank, score, neighbours,
   total and `as_of` always belong together.
 * `as_of` is the time (ms since the epoch) the last window was applied; null if the board was never flushed.
+* Seasons: on a board that resets, every board endpoint takes `period` (`current`, the default, from the
+  API's clock; `previous`; or a period id) and answers that period with `period` set; the kept periods that
+  exist are listed by `GET /v1/boards/{board}/periods`.
 """
 
 
