@@ -46,8 +46,8 @@ async def declare(redis: Redis, board: str, definition: BoardDef, now_ms: int | 
     previous = from_spec(stored)
     if status == "refused":
         raise DefinitionError(
-            f"board {board!r} already has scores under {previous.spec} (order/operator/ties); its definition "
-            f"cannot change to {definition.spec}. Declare a new board instead."
+            f"board {board!r} already has scores under {previous.spec} (order/operator/ties[|reset|keep|grace_ms]); "
+            f"its definition cannot change to {definition.spec}. Declare a new board instead."
         )
     return Declared(status, definition, previous)  # type: ignore[arg-type]  # the script's three other answers
 

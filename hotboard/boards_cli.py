@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hotboard import board_store, keys
+from hotboard import boards as b
 from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
 from hotboard.settings_cli import add_options, settings_from
 
@@ -48,7 +49,7 @@ def add_parser(sub: Any, settings: type[BaseSettings]) -> None:
     """Register ``boards``; ``settings`` supplies ``--redis`` (and HOTBOARD_REDIS) like the other commands."""
     if "redis" not in settings.model_fields:
         raise TypeError(f"{settings.__name__} has no redis field")
-    p = sub.add_parser("boards", help="declare and inspect board definitions (order, operator, ties)")
+    p = sub.add_parser("boards", help="declare and inspect board definitions (order, operator, ties, seasons)")
     leaves = p.add_subparsers(dest="boards_command", required=True)
 
     create = leaves.add_parser("create", help="declare a board (idempotent; refused once the board has scores)")
@@ -57,6 +58,12 @@ def add_parser(sub: Any, settings: type[BaseSettings]) -> None:
     create.add_argument("--order", choices=ORDERS, default=DEFAULT.order, help=order_help)
     create.add_argument("--operator", choices=OPERATORS, default=DEFAULT.operator, help="default incr")
     create.add_argument("--ties", choices=TIES, default=DEFAULT.ties, help="default shared")
+    create.add_argument("--reset", default=DEFAULT.reset, help="seasons: never (default), hourly, daily, weekly "
+                        "(ISO, Monday 00:00), monthly or a 5-field cron expression, all UTC")  # fmt: skip
+    keep, grace = b.DEFAULT_KEEP, b.DEFAULT_GRACE_MS
+    create.add_argument("--keep", type=int, default=keep, help=f"closed periods kept queryable (default {keep})")
+    grace_help = f"late events still count this long after their period closes (default {grace})"
+    create.add_argument("--grace-ms", type=int, default=grace, help=grace_help)
     list_ = leaves.add_parser("list", help="every board with its definition, by name")
     list_.add_argument("--page-size", type=int, default=PAGE_SIZE, help=f"boards per read (default {PAGE_SIZE})")
     show = leaves.add_parser("show", help="one board: definition, size, version, as_of")
@@ -96,7 +103,8 @@ def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespac
 
 
 async def _create(redis: Redis, args: argparse.Namespace) -> int:
-    done = await board_store.declare(redis, args.name, BoardDef(args.order, args.operator, args.ties))
+    definition = BoardDef(args.order, args.operator, args.ties, args.reset, args.keep, args.grace_ms)
+    done = await board_store.declare(redis, args.name, definition)
     if args.json:
         _print_json({"board": args.name, "outcome": done.outcome, **_definition(done.definition),
                      "previous": done.previous.spec})  # fmt: skip
@@ -118,7 +126,7 @@ async def _list(redis: Redis, args: argparse.Namespace) -> int:
             if args.json:
                 rows.append({"board": name, **_definition(definition)})
             else:
-                _out(f"{name}\t{definition.spec}")
+                _out(f"{name}\t{definition.spec}")  # a seasonal spec ends |reset|keep|grace_ms
         if after is None:
             break
     if args.json:

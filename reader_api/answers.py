@@ -36,6 +36,9 @@ Meta = Annotated[dict[str, Any] | None, Schema(description="The player's display
 Version = Annotated[int | None, Schema(minimum=0, description="Bumped once per window applied; null if never flushed")]
 AsOf = Annotated[int | None, Schema(description="Milliseconds since the epoch of the last window applied to the "
                  "board; null if never flushed")]  # fmt: skip
+#: Present only on the answers of a board that resets (seasons): the period answered.
+PeriodId = Annotated[str, Schema(description="The period answered (boards that reset only), e.g. 2026-W49; see "
+                     "GET /v1/boards/{board}/periods")]  # fmt: skip
 
 
 class Entry(TypedDict):
@@ -50,6 +53,7 @@ class TopPage(TypedDict):
     total: Total
     entries: list[Entry]
     as_of: AsOf
+    period: NotRequired[PeriodId]
 
 
 class PlayerRank(TypedDict):
@@ -60,6 +64,7 @@ class PlayerRank(TypedDict):
     meta: Meta
     total: Total
     as_of: AsOf
+    period: NotRequired[PeriodId]
 
 
 class Neighbourhood(TypedDict):
@@ -68,6 +73,7 @@ class Neighbourhood(TypedDict):
     total: Total
     entries: Annotated[list[Entry], Schema(description="The player and up to `radius` neighbours each side, by rank")]
     as_of: AsOf
+    period: NotRequired[PeriodId]
 
 
 class FriendsList(TypedDict):
@@ -76,6 +82,7 @@ class FriendsList(TypedDict):
     entries: Annotated[list[Entry], Schema(description="The players found, sorted by rank")]
     missing: Annotated[list[str], Schema(description="Ids asked for that are not on the board, in the order asked")]
     as_of: AsOf
+    period: NotRequired[PeriodId]
 
 
 Order = Annotated[str, Schema(enum=["desc", "asc"], description="desc: highest score first; asc: lowest first")]
@@ -110,6 +117,26 @@ class BoardInfo(TypedDict):
     size: Total
     as_of: AsOf
     version: Version
+    period: NotRequired[PeriodId]
+
+
+class PeriodSummary(TypedDict):
+    id: Annotated[str, Schema(description="Period id: 2026-12-01T07 (hourly), 2026-12-01 (daily), 2026-W49 (ISO "
+                              "week), 2026-12 (monthly), 20261201T0700Z (cron: the period's start)")]  # fmt: skip
+    start_ms: Annotated[int, Schema(description="Start (inclusive), ms since the epoch, UTC")]
+    end_ms: Annotated[int, Schema(description="End (exclusive), ms since the epoch, UTC")]
+    size: Total
+    as_of: AsOf
+
+
+class PeriodList(TypedDict):
+    board: str
+    reset: Annotated[str, Schema(description="hourly, daily, weekly, monthly or a cron expression (UTC)")]
+    keep: Annotated[int, Schema(minimum=0, description="Closed periods kept queryable")]
+    grace_ms: Annotated[int, Schema(minimum=0, description="How long after a period closes its late events count")]
+    periods: Annotated[list[PeriodSummary], Schema(description="The current and kept closed periods that exist "
+                                                   "(a period exists once its first window was applied), newest "
+                                                   "first")]  # fmt: skip
 
 
 class ErrorBody(TypedDict):

@@ -21,6 +21,7 @@ from reader_api.metrics import ApiMetrics, MetricsMiddleware
 from reader_api.openapi import document
 from reader_api.paths import EncodedSlashMiddleware
 from reader_api.routes import ROUTES
+from reader_api.seasons import Clock, wall_clock_ms
 from reader_api.service import Reader
 from reader_api.settings import ApiSettings
 
@@ -35,6 +36,9 @@ DESCRIPTION = """Read-only leaderboard queries over the hotboard Redis layout.
 * Every answer is one consistent snapshot of the board (one atomic Redis script): rank, score, neighbours,
   total and `as_of` always belong together.
 * `as_of` is the time (ms since the epoch) the last window was applied; null if the board was never flushed.
+* Seasons: on a board that resets, every board endpoint takes `period` (`current`, the default, from the
+  API's clock; `previous`; or a period id) and answers that period with `period` set; the kept periods that
+  exist are listed by `GET /v1/boards/{board}/periods`.
 """
 
 
@@ -53,8 +57,9 @@ def connect(settings: ApiSettings) -> Redis:
     return Redis.from_pool(pool)
 
 
-def create_app(settings: ApiSettings, redis: Redis | None = None) -> Starlette:
-    """``redis``: use this client (the caller owns and closes it) instead of connecting to ``settings.redis``."""
+def create_app(settings: ApiSettings, redis: Redis | None = None, clock: Clock = wall_clock_ms) -> Starlette:
+    """``redis``: use this client (the caller owns and closes it) instead of connecting to ``settings.redis``;
+    ``clock``: ms since the epoch, which decides the current period of a board that resets (tests pin it)."""
     metrics = ApiMetrics()
 
     @asynccontextmanager
@@ -64,7 +69,7 @@ def create_app(settings: ApiSettings, redis: Redis | None = None) -> Starlette:
             raise RuntimeError("FastPath must stay the outermost middleware (see create_app)")
         client = redis if redis is not None else connect(settings)
         cache = PageCache(settings.api_cache_size, settings.api_cache_max_bytes)
-        app.state.reader = Reader(client, cache, metrics)
+        app.state.reader = Reader(client, cache, metrics, clock)
         try:
             yield
         finally:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, NotRequired, Union, get_args, get_origin, get
 
 from hotboard.keys import BOARD_RE, PLAYER_MAX_CHARS
 from reader_api.answers import ErrorBody, Schema
-from reader_api.params import INT_PARAMS, MAX_IDS
+from reader_api.params import INT_PARAMS, MAX_IDS, MAX_PERIOD_CHARS
 from reader_api.routes import ENDPOINTS, Endpoint
 
 REF = "#/components/schemas/{model}"
@@ -52,6 +52,14 @@ _AFTER = {
     "description": "List the boards after this name (exclusive): the `next` of the previous page",
     "schema": {"type": "string", "pattern": f"^{BOARD_RE.pattern}$"},
 }  # fmt: skip
+_PERIOD = {
+    "name": "period", "in": "query", "required": False,
+    "description": "Boards that reset only: `current` (the default, from the API's clock), `previous`, or a period "
+    "id (2026-12-01T07 hourly, 2026-12-01 daily, 2026-W49 weekly, 2026-12 monthly, 20261201T0700Z cron). A period "
+    "not kept or not started is a 404 naming the kept ones; a malformed id, or anything but `current` on a board "
+    "that never resets, a 422",
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_PERIOD_CHARS},
+}  # fmt: skip
 _ID = f"[^,\\u0000-\\u001f\\u007f-\\u009f]{{1,{PLAYER_MAX_CHARS}}}"
 #: Worst-case bytes per character in a query (a 4-byte UTF-8 character, percent-encoded) and room for the rest
 #: of the request line, so any ``ids`` value within ``maxLength`` fits the server's request-line limit.
@@ -75,6 +83,8 @@ _SCALARS: dict[Any, str] = {int: "integer", str: "string", bool: "boolean"}
 def _query(name: str, max_request_line_bytes: int) -> dict[str, Any]:
     if name == "ids":
         return _ids(max_request_line_bytes)
+    if name == "period":
+        return _PERIOD
     return _AFTER if name == "after" else _int_param(name)
 
 

@@ -10,6 +10,7 @@ from hotboard.keys import is_valid_board, is_valid_player
 from reader_api.errors import invalid
 
 MAX_IDS = 200
+MAX_PERIOD_CHARS = 32
 #: name -> (default, minimum, maximum or None); the OpenAPI document is built from this table too.
 INT_PARAMS: dict[str, tuple[int, int, int | None]] = {
     "limit": (100, 1, 1000),
@@ -71,6 +72,14 @@ def int_param(query: Mapping[str, str], name: str) -> int:
     if value < low or (high is not None and value > high):
         raise invalid(name, f"must be an integer {bounds}, got {value}")
     return value
+
+
+def period_param(query: Mapping[str, str]) -> str | None:
+    """``current``, ``previous`` or a period id (checked against the board's schedule later); None: absent."""
+    raw = query.get("period")
+    if raw is not None and not 0 < len(raw) <= MAX_PERIOD_CHARS:
+        raise invalid("period", f"must be current, previous or a period id of at most {MAX_PERIOD_CHARS} characters")
+    return raw
 
 
 def ids_param(query: Mapping[str, str]) -> list[str]:

@@ -16,10 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from reader_api import answers as a
 from reader_api import docs
-from reader_api.answers import BoardInfo, BoardList, FriendsList, Health, Neighbourhood, PlayerRank, TopPage
 from reader_api.errors import JSON
-from reader_api.params import after_param, check_board, check_player, ids_param, int_param
+from reader_api.params import after_param, check_board, check_player, ids_param, int_param, period_param
+from reader_api.seasons import Target
 from reader_api.service import Reader
 
 #: (reader, path parameters, query) -> the body of a 200; a failure raises (ApiError, RedisError, ...).
@@ -28,7 +29,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 SNAPSHOT = "Answer from one consistent snapshot"
 #: status -> what it means; every 503 carries Retry-After.
-READ_ERRORS = ((404, "Unknown board or player"), (422, "Invalid parameter, named in `parameter`"),
+READ_ERRORS = ((404, "Unknown board or player, or a period not kept or not started (period_not_found; the "
+                "message names the kept periods that exist)"), (422, "Invalid parameter, named in `parameter`"),
                (503, "Redis unreachable, or the board's stored meta is corrupt (the message names the key); retry "
                 "after Retry-After seconds"))  # fmt: skip
 
@@ -79,21 +81,29 @@ def question(path: str, ask: Ask, doc: Doc, query: tuple[str, ...] = (), fast: b
     return Endpoint(path, handler, doc, query, ask if fast else None)
 
 
+async def _target(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> Target:
+    """The board or period board asked about; parameters are checked before Redis is asked anything."""
+    return await reader.target(check_board(path["board"]), period_param(query))
+
+
 async def top(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
-    return await reader.top(check_board(path["board"]), int_param(query, "offset"), int_param(query, "limit"))
+    offset, limit = int_param(query, "offset"), int_param(query, "limit")
+    return await reader.top(await _target(reader, path, query), offset, limit)
 
 
 async def player(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
-    return await reader.player(check_board(path["board"]), check_player(path["player"]))
+    name = check_player(path["player"])
+    return await reader.player(await _target(reader, path, query), name)
 
 
 async def around(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
-    board, name = check_board(path["board"]), check_player(path["player"])
-    return await reader.around(board, name, int_param(query, "radius"))
+    name, radius = check_player(path["player"]), int_param(query, "radius")
+    return await reader.around(await _target(reader, path, query), name, radius)
 
 
 async def players(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
-    return await reader.players(check_board(path["board"]), ids_param(query))
+    ids = ids_param(query)
+    return await reader.players(await _target(reader, path, query), ids)
 
 
 async def boards(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
@@ -101,10 +111,14 @@ async def boards(reader: Reader, path: Mapping[str, str], query: Mapping[str, st
 
 
 async def board(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
-    return await reader.board(check_board(path["board"]))
+    return await reader.board(await _target(reader, path, query))
 
 
-_ALIVE, _READY = orjson.dumps(Health(status="ok")), orjson.dumps(Health(status="ready"))
+async def periods(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
+    return await reader.periods(check_board(path["board"]))
+
+
+_ALIVE, _READY = orjson.dumps(a.Health(status="ok")), orjson.dumps(a.Health(status="ready"))
 
 
 async def healthz(request: Request) -> Response:
@@ -132,21 +146,26 @@ AROUND = "/v1/boards/{board}/players/{player}/around"
 PLAYERS = "/v1/boards/{board}/players"
 BOARDS = "/v1/boards"
 BOARD = "/v1/boards/{board}"
+PERIODS = "/v1/boards/{board}/periods"
 
 ENDPOINTS = (
-    question(TOP, top, Doc("top", "Top of the board, paged", TopPage), query=("limit", "offset")),
-    question(AROUND, around, Doc("around", "A player and the neighbours above and below", Neighbourhood),
-             query=("radius",)),
-    question(PLAYER, player, Doc("player", "One player's rank and score", PlayerRank)),
+    question(TOP, top, Doc("top", "Top of the board, paged", a.TopPage), query=("limit", "offset", "period")),
+    question(AROUND, around, Doc("around", "A player and the neighbours above and below", a.Neighbourhood),
+             query=("radius", "period")),
+    question(PLAYER, player, Doc("player", "One player's rank and score", a.PlayerRank), query=("period",)),
     # Ids are commas and escapes more often than not: the full app's query parser reads them.
-    question(PLAYERS, players, Doc("players", "Several players (a friends list), sorted by rank", FriendsList),
-             query=("ids",), fast=False),
-    question(BOARDS, boards, Doc("boards", "Board names with their definitions, paged by name", BoardList,
+    question(PLAYERS, players, Doc("players", "Several players (a friends list), sorted by rank", a.FriendsList),
+             query=("ids", "period"), fast=False),
+    question(BOARDS, boards, Doc("boards", "Board names with their definitions, paged by name", a.BoardList,
                                  errors=((422, READ_ERRORS[1][1]), READ_ERRORS[2])), query=("limit", "after"),
              fast=False),
-    question(BOARD, board, Doc("board", "A board's definition, size and last flush", BoardInfo), fast=False),
-    Endpoint("/healthz", healthz, Doc("healthz", "The process is alive", Health, "Alive", "operations", ())),
-    Endpoint("/readyz", readyz, Doc("readyz", "Redis answers", Health, "Ready", "operations",
+    question(BOARD, board, Doc("board", "A board's definition, size and last flush", a.BoardInfo), query=("period",),
+             fast=False),
+    question(PERIODS, periods, Doc("periods", "The kept periods of a board that resets, newest first", a.PeriodList,
+                                   errors=((404, "Unknown board"), (422, "The board never resets (parameter "
+                                           "`board`)"), READ_ERRORS[2])), fast=False),
+    Endpoint("/healthz", healthz, Doc("healthz", "The process is alive", a.Health, "Alive", "operations", ())),
+    Endpoint("/readyz", readyz, Doc("readyz", "Redis answers", a.Health, "Ready", "operations",
                                     ((503, "Redis unreachable"),))),
     Endpoint("/metrics", metrics),
     Endpoint("/openapi.json", openapi),

@@ -5,35 +5,72 @@ Kept apart from the HTTP layer so the benchmark and tests can reason about one p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import orjson
 from redis.asyncio import Redis
 
 from hotboard import board_store, keys
-from hotboard.boards import DefinitionError
-from reader_api.answers import BoardList
+from hotboard.boards import DEFAULT, DefinitionError
+from hotboard.periods import period_board
+from reader_api.answers import BoardList, PeriodList
 from reader_api.cache import PageCache
-from reader_api.errors import corrupt
+from reader_api.errors import ApiError, corrupt, invalid, not_found
 from reader_api.metrics import ApiMetrics
-from reader_api.snapshot import Snapshots
+from reader_api.seasons import Clock, Definitions, NotKept, Target, existing, period_not_found, resolve, wall_clock_ms
+from reader_api.snapshot import Snapshots, meta_int
+
+T = TypeVar("T")
+
+
+def _label(answer: Any, target: Target) -> None:
+    """A period's answer names the logical board and the period (the scripts saw the period board)."""
+    if isinstance(answer, tuple):  # a top page: (header, page)
+        answer = answer[1]
+    if target.period is not None and answer is not None:
+        answer["board"] = target.board
+        answer["period"] = target.period.id
 
 
 class Reader:
-    def __init__(self, redis: Redis, cache: PageCache, metrics: ApiMetrics) -> None:
+    def __init__(self, redis: Redis, cache: PageCache, metrics: ApiMetrics, clock: Clock = wall_clock_ms) -> None:
         self.redis = redis
         self.cache = cache
         self.metrics = metrics
+        self.clock = clock
         self.snapshots = Snapshots(redis)
+        self.definitions = Definitions(redis)
 
-    async def top(self, board: str, offset: int, limit: int) -> bytes:
+    async def target(self, board: str, period: str | None) -> Target:
+        """The board (or period board) a request with ``?period=`` reads; 404/422 per :func:`resolve`."""
+        definition = await self.definitions.get(board)
+        try:
+            return resolve(board, definition, period, self.clock())
+        except NotKept as exc:
+            raise await period_not_found(self.redis, exc.board, exc.period_id, exc.kept) from None
+
+    async def _read(self, target: Target, read: Callable[[str], Awaitable[T]]) -> T:
+        """``read(name)``; a period board that does not exist (not started, or expired) is a period 404."""
+        try:
+            answer = await read(target.name)
+        except ApiError as exc:
+            if target.period is None or exc.code != "board_not_found":
+                raise
+            raise await period_not_found(self.redis, target.board, target.period.id, target.kept) from None
+        _label(answer, target)
+        return answer
+
+    async def top(self, target: Target, offset: int, limit: int) -> bytes:
+        name = target.name
         if not self.cache.enabled:
-            found = await self.snapshots.top(board, offset, limit)
+            found = await self._read(target, lambda n: self.snapshots.top(n, offset, limit))
             assert found is not None
             return orjson.dumps(found[1])
-        key = (board, offset, limit)
+        key = (name, offset, limit)
         cached = self.cache.get(key)
-        found = await self.snapshots.top(board, offset, limit, None if cached is None else cached.version)
+        known = None if cached is None else cached.version
+        found = await self._read(target, lambda n: self.snapshots.top(n, offset, limit, known))
         if found is None:
             assert cached is not None
             self.metrics.cache_hit.inc()
@@ -47,14 +84,14 @@ class Reader:
             self.cache.put(key, header.version, body)
         return body
 
-    async def player(self, board: str, player: str) -> bytes:
-        return orjson.dumps(await self.snapshots.player(board, player))
+    async def player(self, target: Target, player: str) -> bytes:
+        return orjson.dumps(await self._read(target, lambda n: self.snapshots.player(n, player)))
 
-    async def around(self, board: str, player: str, radius: int) -> bytes:
-        return orjson.dumps(await self.snapshots.around(board, player, radius))
+    async def around(self, target: Target, player: str, radius: int) -> bytes:
+        return orjson.dumps(await self._read(target, lambda n: self.snapshots.around(n, player, radius)))
 
-    async def players(self, board: str, ids: Sequence[str]) -> bytes:
-        return orjson.dumps(await self.snapshots.players(board, ids))
+    async def players(self, target: Target, ids: Sequence[str]) -> bytes:
+        return orjson.dumps(await self._read(target, lambda n: self.snapshots.players(n, ids)))
 
     async def boards(self, after: str | None, limit: int) -> bytes:
         """One page of the board index with each board's definition (two round trips, whatever the count)."""
@@ -77,8 +114,28 @@ class Reader:
                 return corrupt(keys.def_key(name), str(exc))
         return corrupt(keys.BOARD_INDEX_KEY, "a listed board's definition changed while being read")
 
-    async def board(self, board: str) -> bytes:
-        return orjson.dumps(await self.snapshots.board(board))
+    async def board(self, target: Target) -> bytes:
+        return orjson.dumps(await self._read(target, self.snapshots.board))
+
+    async def periods(self, board: str) -> bytes:
+        """The kept periods that exist, newest first (the definition read fresh: two round trips)."""
+        found = (await board_store.load_declared(self.redis, [board]))[board]
+        if isinstance(found, DefinitionError):
+            raise ApiError(503, "corrupt_data", str(found))
+        if found is None:
+            if not await self.redis.exists(keys.board_key(board), keys.meta_key(board)):
+                raise not_found("board", f"board {board!r} does not exist")
+            found = DEFAULT
+        if not found.seasonal:
+            raise invalid("board", f"board {board!r} never resets: it has no periods")
+        kept = found.schedule.kept(self.clock(), found.keep)
+        listing: PeriodList = {"board": board, "reset": found.reset, "keep": found.keep, "grace_ms": found.grace_ms,
+                               "periods": [{"id": e.period.id, "start_ms": e.period.start_ms,
+                                            "end_ms": e.period.end_ms, "size": e.size,
+                                            "as_of": meta_int(e.as_of, period_board(board, e.period.id),
+                                                              keys.META_AS_OF)}
+                                           for e in await existing(self.redis, board, kept)]}  # fmt: skip
+        return orjson.dumps(listing)
 
     async def ready(self) -> bool:
         return bool(await self.redis.ping())

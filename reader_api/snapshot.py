@@ -86,7 +86,7 @@ def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
 
 
-def _meta_int(raw: bytes | str | None, board: str, field: str) -> int | None:
+def meta_int(raw: bytes | str | None, board: str, field: str) -> int | None:
     if raw is None:
         return None
     data = raw.encode() if isinstance(raw, str) else raw
@@ -106,8 +106,8 @@ def _sign(order: bytes | str, ties: bytes | str, board: str) -> int:
 def parse_header(reply: Sequence[Any], board: str) -> Header:
     """A 503 naming the key when ``version``, ``as_of`` or the definition is not what hotboard writes; then a
     404 when the board does not exist."""
-    version = _meta_int(reply[2], board, keys.META_VERSION)
-    as_of = _meta_int(reply[3], board, keys.META_AS_OF)
+    version = meta_int(reply[2], board, keys.META_VERSION)
+    as_of = meta_int(reply[3], board, keys.META_AS_OF)
     header = Header(bool(reply[0]), int(reply[1]), version, as_of, _sign(reply[4], reply[5], board))
     if not header.exists:
         raise not_found("board", f"board {board!r} does not exist")
@@ -182,8 +182,8 @@ def board_info(board: str, reply: Sequence[Any]) -> BoardInfo:
         except DefinitionError as exc:
             raise corrupt(keys.def_key(board), str(exc)) from None
     return {"board": board, **definition.as_dict(), "declared": declared, "size": int(reply[1]),  # type: ignore[typeddict-item]
-            "as_of": _meta_int(reply[3], board, keys.META_AS_OF),
-            "version": _meta_int(reply[2], board, keys.META_VERSION)}  # fmt: skip
+            "as_of": meta_int(reply[3], board, keys.META_AS_OF),
+            "version": meta_int(reply[2], board, keys.META_VERSION)}  # fmt: skip
 
 
 _READS = (lua.TOP, lua.PLAYER, lua.AROUND, lua.PLAYERS, lua.BOARD)

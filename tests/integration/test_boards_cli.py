@@ -168,3 +168,59 @@ def test_unreachable_redis_exits_3_in_one_line(argv: list[str], capsys: Capture)
 def test_malformed_redis_url_exits_2(capsys: Capture) -> None:
     code, _, err = run(capsys, "boards", "list", "--redis", "http://nowhere")
     assert code == 2 and "invalid --redis" in err
+
+
+SEASON = ["--reset", "weekly", "--keep", "8", "--grace-ms", "300000"]
+
+
+def test_create_and_show_a_seasonal_board(redis_url: str, sync_redis: redis.Redis, capsys: Capture) -> None:
+    code, out, _ = run(capsys, "boards", "create", "race", *SEASON, "--redis", redis_url)
+    assert code == 0 and out == "created race: desc/incr/shared|weekly|8|300000\n"
+    stored = sync_redis.hgetall(keys.def_key("race"))
+    assert (stored[b"reset"], stored[b"keep"], stored[b"grace_ms"]) == (b"weekly", b"8", b"300000")
+    code, out, _ = run(capsys, "boards", "show", "race", "--json", "--redis", redis_url)
+    info = json.loads(out)
+    assert code == 0 and (info["reset"], info["keep"], info["grace_ms"]) == ("weekly", 8, 300_000)
+    fields = dict(
+        line.split(None, 1) for line in run(capsys, "boards", "show", "race", "--redis", redis_url)[1].splitlines()
+    )
+    assert (fields["reset"], fields["keep"], fields["grace_ms"]) == ("weekly", "8", "300000")
+    code, out, _ = run(capsys, "boards", "list", "--redis", redis_url)
+    assert code == 0 and out == "race\tdesc/incr/shared|weekly|8|300000\n"
+    row = json.loads(run(capsys, "boards", "list", "--json", "--redis", redis_url)[1])[0]
+    assert (row["reset"], row["keep"], row["grace_ms"]) == ("weekly", 8, 300_000)
+    # A cron reset is stored in its canonical spelling.
+    code, out, _ = run(capsys, "boards", "create", "hourly7", "--reset", " 0  7 * * * ", "--redis", redis_url)
+    assert code == 0 and out == "created hourly7: desc/incr/shared|0 7 * * *|4|60000\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--reset", "fortnightly"], "reset 'fortnightly'"), (["--reset", "0 7 30 2 *"], "never fires"),
+     (["--reset", "H 7 * * *"], "not deterministic"), (["--reset", "weekly", "--keep", "-1"], "keep must be"),
+     (["--reset", "weekly", "--keep", "1001"], "keep must be"), (["--reset", "daily", "--grace-ms", "-5"], "grace_ms")],
+)  # fmt: skip
+def test_invalid_season_flags_exit_2(redis_url: str, sync_redis: redis.Redis, capsys: Capture,
+                                     flags: list[str], message: str) -> None:  # fmt: skip
+    code, out, err = run(capsys, "boards", "create", "race", *flags, "--redis", redis_url)
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+    assert not sync_redis.exists(keys.def_key("race"))
+
+
+def test_season_changes_are_refused_once_a_period_was_written(
+    redis_url: str, sync_redis: redis.Redis, capsys: Capture
+) -> None:
+    assert run(capsys, "boards", "create", "race", *SEASON, "--redis", redis_url)[0] == 0
+    code, out, _ = run(capsys, "boards", "create", "race", *SEASON[:3], "9", *SEASON[4:], "--redis", redis_url)
+    assert (
+        code == 0 and out == "replaced race: desc/incr/shared|weekly|9|300000 (was desc/incr/shared|weekly|8|300000)\n"
+    )
+    sync_redis.hset(keys.meta_key("race"), "seasonal", 1)  # the worker marks B's meta at the first period
+    for flags in (["--reset", "weekly", "--keep", "8"], ["--reset", "daily", "--keep", "9"],
+                  ["--reset", "weekly", "--keep", "9", "--grace-ms", "0"], ["--reset", "never"],
+                  [*SEASON[:3], "9", *SEASON[4:], "--ties", "dense"]):  # fmt: skip
+        code, out, err = run(capsys, "boards", "create", "race", *flags, "--redis", redis_url)
+        assert code == 2 and out == "" and "desc/incr/shared|weekly|9|300000" in err, flags
+    assert sync_redis.hget(keys.def_key("race"), "spec") == b"desc/incr/shared|weekly|9|300000"
+    code, out, _ = run(capsys, "boards", "create", "race", *SEASON[:3], "9", *SEASON[4:], "--redis", redis_url)
+    assert (code, out) == (0, "unchanged race: desc/incr/shared|weekly|9|300000\n")

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 import schemathesis
@@ -47,6 +48,15 @@ def api_base(redis_url: str, tmp_path: Path) -> Iterator[str]:
         yield base
 
 
+def _board_dependent(response: Any) -> bool:
+    """A 422 for ``period``: which periods are valid depends on the board's schedule (a board that never resets
+    takes only ``current``), which no schema of the parameter can state; every other 422 must be schema-invalid."""
+    if response.status_code != 422:
+        return False
+    body = orjson.loads(response.content)
+    return isinstance(body, dict) and body.get("parameter") == "period"
+
+
 def test_openapi_contract_has_no_server_errors(api_base: str) -> None:
     schema = schemathesis.openapi.from_url(f"{api_base}/openapi.json")
     results = list(schema.get_all_operations())
@@ -67,7 +77,8 @@ def test_openapi_contract_has_no_server_errors(api_base: str) -> None:
     def fuzz(case: Case[Any]) -> None:
         if time.monotonic() > deadline:
             return
-        response = case.call_and_validate(base_url=api_base, checks=CHECKS, timeout=5)
+        response = case.call(base_url=api_base, timeout=5)
+        case.validate_response(response, checks=CHECKS if not _board_dependent(response) else CHECKS[:-1])
         statuses.append(response.status_code)
 
     fuzz()

@@ -171,7 +171,7 @@ def test_openapi_document_covers_every_endpoint() -> None:
     assert set(doc["paths"]) == {
         "/v1/boards/{board}/top", "/v1/boards/{board}/players/{player}",
         "/v1/boards/{board}/players/{player}/around", "/v1/boards/{board}/players", "/v1/boards",
-        "/v1/boards/{board}", "/healthz", "/readyz",
+        "/v1/boards/{board}", "/v1/boards/{board}/periods", "/healthz", "/readyz",
     }  # fmt: skip
     limit = doc["paths"]["/v1/boards/{board}/top"]["get"]["parameters"][1]
     assert limit["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
@@ -214,7 +214,7 @@ def test_metric_labels_are_bounded() -> None:
 def test_one_route_table_feeds_routing_the_fast_path_and_the_document() -> None:
     doc = document("t", "1", "d", 8192)
     assert [route.path for route in ROUTES] == [e.path for e in ENDPOINTS]
-    assert QUERY_KEYS == {TOP: {"limit", "offset"}, PLAYER: set(), AROUND: {"radius"}}
+    assert QUERY_KEYS == {TOP: {"limit", "offset", "period"}, PLAYER: {"period"}, AROUND: {"radius", "period"}}
     for e in ENDPOINTS:
         if e.doc is not None:
             names = [p["name"] for p in doc["paths"][e.path]["get"].get("parameters", [])]
