@@ -1,0 +1,107 @@
+"""review-11: failing tests for seasons on a real redis-server."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from flusher.batch import NO_WATERMARK, Outcome
+from flusher.redis_sink import RedisSink
+from hotboard import board_store, keys
+from hotboard.board_store import DefinitionCache
+from hotboard.boards import BoardDef
+from hotboard.codec import Decoder, decode_all
+from ingest.pending import Window
+from ingest.seasons import route
+
+pytestmark = pytest.mark.integration
+
+
+def _ms(*a: int) -> int:
+    return int(datetime(*a, tzinfo=UTC).timestamp() * 1000)
+
+
+def _batches(defs: dict, events: list[tuple[int, str, int, int, int]]) -> list[Any]:
+    """(offset, player, delta, ts, written) on board ``race`` -> the window's batches."""
+    records = [SimpleNamespace(offset=o, timestamp=w, value=orjson.dumps({"board": "race", "player": p,
+                                                                          "delta": d, "ts": ts}))
+               for o, p, d, ts, w in events]
+    decoded, defs = route(records, decode_all(records, Decoder()), defs)
+    marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
+    window = Window()
+    window.fold_for(0).fold_checked(records, decoded, marks, set(), defs, {})
+    return window.batches(100)[0]
+
+
+async def test_a_stale_cached_seasonal_definition_is_refused_not_seeded(redis_client: Redis) -> None:
+    """B declared weekly; a worker caches it (its first events were all late, nothing was written, so B may
+    still be redeclared). B is redeclared daily. The worker's next window goes to race@<week> with the
+    stale weekly spec: the period's definition copy is absent, so the fence *seeds* the stale spec and
+    applies, and register_boards marks B written -> B is frozen as daily while its scores sit in a weekly
+    period no reader will ever look at. Expected: REDEFINED (the worker refolds with daily)."""
+    await board_store.declare(redis_client, "race", BoardDef(reset="weekly"))
+    cache = DefinitionCache()
+    stale = await cache.fetch(redis_client, ["race"])
+    assert stale["race"].reset == "weekly"
+    await board_store.declare(redis_client, "race", BoardDef(reset="daily"))  # allowed: nothing written yet
+    now = int(datetime.now(UTC).timestamp() * 1000)
+    cached = await cache.fetch(redis_client, ["race"])  # the worker's cache still answers weekly
+    batches = _batches(cached, [(0, "a", 5, now, now)])
+    results = await RedisSink(redis_client, "scores").flush(batches, lambda b, p: NO_WATERMARK)
+    stored = await redis_client.hget(keys.def_key("race"), "spec")
+    period_spec = await redis_client.hget(keys.def_key(batches[0].board), "spec")
+    print("board:", batches[0].board, "outcome:", results[0].outcome, "B spec:", stored, "period spec:", period_spec)
+    assert results[0].outcome is Outcome.REDEFINED
+
+
+async def test_a_replayed_old_period_is_not_fenced_on_its_second_window(redis_client: Redis) -> None:
+    """Replay (or a lagging worker) of a period past its expiry: the first window applies, then PEXPIREAT in
+    the past deletes the period's keys, watermarks included. The worker learnt watermark 0; its next window
+    on the same period expects 0, finds none -> FENCED -> resync of every partition, on every window of the
+    replay (a fenced storm that looks like a zombie)."""
+    definition = BoardDef(reset="daily", keep=1, grace_ms=0)
+    await board_store.declare(redis_client, "race", definition)
+    sink = RedisSink(redis_client, "scores")
+    ts = _ms(2020, 1, 1, 12)
+    first = _batches({"race": definition}, [(0, "a", 5, ts, ts)])
+    r1 = await sink.flush(first, lambda b, p: NO_WATERMARK)
+    assert r1[0].outcome is Outcome.APPLIED
+    second = _batches({"race": definition}, [(1, "a", 5, ts + 1, ts + 1)])
+    r2 = await sink.flush(second, lambda b, p: 0)  # what the worker expects after its own window
+    print("second window:", r2[0].outcome, r2[0].current)
+    assert r2[0].outcome is not Outcome.FENCED
+
+
+async def test_grouped_flush_mixed_fenced_and_period_boards(redis_client: Redis) -> None:
+    """Sanity (expected to pass): a FLUSH group mixing plain boards, a fenced board in the middle and
+    (if grouped) a period board answers one reply per board in order, and each board's expiry is its own."""
+    from flusher.batch import BoardBatch  # noqa: F401
+    sink = RedisSink(redis_client, "scores")
+    now = int(datetime.now(UTC).timestamp() * 1000)
+    season = BoardDef(reset="daily", keep=1, grace_ms=0)
+    records = [SimpleNamespace(offset=i, timestamp=now, value=orjson.dumps({"board": b, "player": "p", "delta": i + 1}))
+               for i, b in enumerate(["p1", "p2", "race", "p3"])]
+    decoded, defs = route(records, decode_all(records, Decoder()),
+                          {"p1": BoardDef(), "p2": BoardDef(), "race": season, "p3": BoardDef()})
+    window = Window()
+    window.fold_for(0).fold_checked(records, decoded, {str(f[0]): -1 for f in decoded}, set(), defs, {})
+    batches = window.batches(100)[0]
+    await redis_client.hset(keys.applied_key("p2"), "scores:0", 99)  # p2 fenced
+    await redis_client.script_flush()  # NOSCRIPT on every command: the groups are resent once
+    res = await sink.flush(batches, lambda b, p: NO_WATERMARK)
+    got = {r.board: r.outcome for r in res}
+    print(got)
+    assert got["p2"] is Outcome.FENCED
+    assert all(o is Outcome.APPLIED for b, o in got.items() if b != "p2")
+    for b in ("p1", "p3"):
+        assert await redis_client.pttl(keys.board_key(b)) == -1
+        assert await redis_client.zscore(keys.board_key(b), "p") is not None
+    assert await redis_client.zscore(keys.board_key("p2"), "p") is None
+    race = next(b for b in got if b.startswith("race@"))
+    assert await redis_client.pttl(keys.board_key(race)) > 0
+    assert [b.board for b in batches] == list(got)
