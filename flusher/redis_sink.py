@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 _FLUSH = lua.Script(lua.FLUSH)
 _APPLY = lua.Script(lua.APPLY)
+_MARK = lua.Script(lua.MARK_SEASONAL)
 #: Boards per FLUSH call at most (each brings four keys).
 MAX_GROUP = 1000
 _NOT_SEASONAL = (0, 0)
@@ -105,18 +106,29 @@ class RedisSink:
         the boards ``cache`` does not hold."""
         return await cache.fetch(self._redis, boards)
 
-    async def register_boards(self, boards: Iterable[str]) -> None:
-        """Add new boards to the registry (``hb:board-index``) before their first flush: it lists boards to readers
-        and operators. Idempotent, so a registry lost with a Redis restart is rebuilt by later flushes."""
-        new = {b for b in boards if b not in self._registered}
-        if new:
-            logical = {split_period_board(b)[0] for b in new}
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zadd(keys.BOARD_INDEX_KEY, dict.fromkeys(logical, 0))
-                for board in logical - new:  # a seasonal board: marked written, so its definition is now fixed
-                    pipe.hsetnx(keys.meta_key(board), keys.META_PERIODS, 1)
-                await pipe.execute()
-            self._registered.update(new)
+    async def register_boards(self, batches: Iterable[BoardBatch]) -> set[str]:
+        """Add new boards to the registry (``hb:board-index``: boards, never their periods) before their first
+        flush: it lists boards to readers and operators. Idempotent, so a registry lost with a Redis restart is
+        rebuilt by later flushes. A seasonal board is marked written here (its definition is then fixed), in
+        one script on its own slot that first checks its stored definition is the one the window was folded
+        under: a period's copy is seeded from the window's, so a stale cached one must not get that far.
+        Returns the seasonal boards whose definition differs (their batches are refused as redefined)."""
+        new: dict[str, BoardDef] = {}
+        for batch in batches:
+            logical = split_period_board(batch.board)[0]
+            if logical not in self._registered:
+                new.setdefault(logical, batch.definition)
+        if not new:
+            return set()
+        await self._redis.zadd(keys.BOARD_INDEX_KEY, dict.fromkeys(new, 0))
+        seasonal = [(b, d) for b, d in new.items() if d.seasonal]
+        stale: set[str] = set()
+        for board, definition in seasonal:
+            stored = await _MARK(self._redis, [keys.meta_key(board), keys.def_key(board)], [definition.spec])
+            if (stored.decode() if isinstance(stored, bytes) else str(stored)) != definition.spec:
+                stale.add(board)
+        self._registered.update(b for b in new if b not in stale)
+        return stale
 
     def forget_registry(self) -> None:
         """After a Redis restart the registry may have lost members: register again on the next flush."""
@@ -128,7 +140,10 @@ class RedisSink:
         cost a few dozen scripts and replies, not 100,000."""
         if not batches:
             return []
-        await self.register_boards(b.board for b in batches)
+        stale = await self.register_boards(batches)
+        if stale:  # folded under a definition that is no longer the board's: nothing is sent, the worker refolds
+            log.warning("boards %s were redeclared since their definition was cached", sorted(stale))
+            return [BoardResult(b.board, Outcome.REDEFINED, 0) for b in batches]
         commands, owners = self._commands(batches, expected)
 
         async def send(indices: Sequence[int]) -> list[Any]:
@@ -286,14 +301,19 @@ class RedisSink:
         raise ResponseError(f"unexpected flush script reply {reply!r}")
 
 
-@lru_cache(maxsize=4096)
 def _season(board: str, definition: BoardDef) -> tuple[int, int]:
     """(seed the period's definition copy, expire at ms) of a batch: (0, 0) unless ``board`` is a period."""
     _, period_id = split_period_board(board)
     if period_id is None or not definition.seasonal:
         return 0, 0
+    return 1, period_expiry(period_id, definition)
+
+
+@lru_cache(maxsize=4096)
+def period_expiry(period_id: str, definition: BoardDef) -> int:
+    """When a period's keys expire: one answer per period and definition, whatever the number of boards."""
     schedule = definition.schedule
-    return 1, expire_at_ms(schedule, schedule.parse_id(period_id), definition.keep, definition.grace_ms)
+    return expire_at_ms(schedule, schedule.parse_id(period_id), definition.keep, definition.grace_ms)
 
 
 def _board_keys(board: str) -> list[str]:

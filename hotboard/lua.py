@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from hotboard.boards import DEFAULT, TIE_DIGITS
-from hotboard.keys import MAX_EXACT, META_AS_OF, META_VERSION
+from hotboard.keys import MAX_EXACT, META_AS_OF, META_PERIODS, META_VERSION
 
 #: What every flush script starts with: for one board (its KEYS from ``k + 1``, its ARGV from ``a + 1``),
 #: ``fence`` is the compare-and-set on its watermarks, then the definition check; ``commit`` writes the new
@@ -22,13 +22,19 @@ from hotboard.keys import MAX_EXACT, META_AS_OF, META_VERSION
 #: the spec the window was folded under, whether a missing definition is seeded with it (1 on a period board:
 #: ``B@2026-W49`` keeps a copy of B's), and when its keys expire (ms; 0: never). KEYS: board zset, applied
 #: hash, meta hash, definition hash (and the aux structures for APPLY). ``fence`` answers nil and n to go on,
-#: or the board's reply: {1} this exact step was applied already (a retry after a lost reply); {-1,
+#: or the board's reply: {1} this exact step was applied already (a retry after a lost reply), or the board
+#: is a period past its expiry (a replay or a lagging worker: written, it would be deleted at once); {-1,
 #: current...} fenced (someone else moved a watermark: a new owner, or Redis lost writes); {-2, spec} the
 #: board's definition is not the one the worker folded with. ``commit`` answers {0, version, saturated}.
 _PRELUDE = f"""
 local max = {MAX_EXACT}
 local function fence(k, a)
   local n = tonumber(ARGV[a + 1])
+  local expire = tonumber(ARGV[a + 4 + 3 * n])
+  if expire > 0 then
+    local t = redis.call('TIME')
+    if expire <= tonumber(t[1]) * 1000 then return {{1}}, n end  -- a period past its expiry: nothing to keep
+  end
   local fenced, already, current = false, true, {{}}
   for i = 0, n - 1 do
     local cur = redis.call('HGET', KEYS[k + 2], ARGV[a + 2 + 3 * i]) or '-1'
@@ -423,4 +429,14 @@ redis.call('HSET', KEYS[1], 'spec', ARGV[1], 'order', ARGV[2], 'operator', ARGV[
            'created', ARGV[5], 'reset', ARGV[7], 'keep', ARGV[8], 'grace_ms', ARGV[9])
 if stored then return {'replaced', stored} end
 return {'created', current}
+"""
+
+
+#: Mark a seasonal board written (its first period is about to be), only if its stored definition is the one
+#: the window was folded under. KEYS: meta hash, definition hash (one slot). ARGV: the spec. Returns the stored
+#: spec (the default's when undeclared).
+MARK_SEASONAL = f"""
+local spec = redis.call('HGET', KEYS[2], 'spec') or '{DEFAULT.spec}'
+if spec == ARGV[1] then redis.call('HSETNX', KEYS[1], '{META_PERIODS}', 1) end
+return spec
 """

@@ -10,11 +10,17 @@ at a period's start: a period exists once its first event is applied.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import TS, Decoded, InvalidEvent, Reason
-from hotboard.periods import is_late, period_board
+from hotboard.periods import Period, expire_at_ms, is_late, period_board
+
+
+@lru_cache(maxsize=4096)
+def _expiry(period: Period, definition: BoardDef) -> int:
+    return expire_at_ms(definition.schedule, period, definition.keep, definition.grace_ms)
 
 
 def route(
@@ -38,8 +44,14 @@ def route(
             continue
         try:
             period = definition.schedule.period_of(ts)
-        except (ValueError, OverflowError):  # past year 9999: no calendar holds it
-            out.append(InvalidEvent(Reason.OUT_OF_RANGE, f"event time {ts} ms has no period"))
+            expires = _expiry(period, definition)
+        except (ValueError, OverflowError):  # near year 9999: no calendar holds it, or its expiry
+            out.append(InvalidEvent(Reason.OUT_OF_RANGE, f"event time {ts} ms has no period that can expire"))
+            continue
+        if written >= 0 and period.start_ms - written > period.end_ms - period.start_ms:
+            # more than a period ahead of the record: a period nobody reads, kept until expires (maybe 2126)
+            out.append(InvalidEvent(Reason.OUT_OF_RANGE, f"event time {ts} is more than a period past the "
+                                    f"record timestamp {written} (expiry {expires})"))  # fmt: skip
             continue
         if is_late(period, written, definition.grace_ms):
             why = f"event time {ts} is in period {period.id}, closed at {period.end_ms} (+{definition.grace_ms} ms)"

@@ -14,7 +14,7 @@ from flusher.batch import NO_WATERMARK, Outcome
 from flusher.redis_sink import RedisSink
 from hotboard import board_store, keys
 from hotboard.board_store import DefinitionCache
-from hotboard.boards import BoardDef
+from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import Decoder, decode_all
 from ingest.pending import Window
 from ingest.seasons import route
@@ -22,15 +22,16 @@ from ingest.seasons import route
 pytestmark = pytest.mark.integration
 
 
-def _ms(*a: int) -> int:
-    return int(datetime(*a, tzinfo=UTC).timestamp() * 1000)
+def _ms(year: int, month: int, day: int, hour: int = 0) -> int:
+    return int(datetime(year, month, day, hour, tzinfo=UTC).timestamp() * 1000)
 
 
-def _batches(defs: dict, events: list[tuple[int, str, int, int, int]]) -> list[Any]:
+def _batches(defs: dict[str, BoardDef | DefinitionError], events: list[tuple[int, str, int, int, int]]) -> list[Any]:
     """(offset, player, delta, ts, written) on board ``race`` -> the window's batches."""
-    records = [SimpleNamespace(offset=o, timestamp=w, value=orjson.dumps({"board": "race", "player": p,
-                                                                          "delta": d, "ts": ts}))
-               for o, p, d, ts, w in events]
+    records = [
+        SimpleNamespace(offset=o, timestamp=w, value=orjson.dumps({"board": "race", "player": p, "delta": d, "ts": ts}))
+        for o, p, d, ts, w in events
+    ]
     decoded, defs = route(records, decode_all(records, Decoder()), defs)
     marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
     window = Window()
@@ -47,7 +48,7 @@ async def test_a_stale_cached_seasonal_definition_is_refused_not_seeded(redis_cl
     await board_store.declare(redis_client, "race", BoardDef(reset="weekly"))
     cache = DefinitionCache()
     stale = await cache.fetch(redis_client, ["race"])
-    assert stale["race"].reset == "weekly"
+    assert isinstance(stale["race"], BoardDef) and stale["race"].reset == "weekly"
     await board_store.declare(redis_client, "race", BoardDef(reset="daily"))  # allowed: nothing written yet
     now = int(datetime.now(UTC).timestamp() * 1000)
     cached = await cache.fetch(redis_client, ["race"])  # the worker's cache still answers weekly
@@ -70,7 +71,8 @@ async def test_a_replayed_old_period_is_not_fenced_on_its_second_window(redis_cl
     ts = _ms(2020, 1, 1, 12)
     first = _batches({"race": definition}, [(0, "a", 5, ts, ts)])
     r1 = await sink.flush(first, lambda b, p: NO_WATERMARK)
-    assert r1[0].outcome is Outcome.APPLIED
+    assert r1[0].outcome is Outcome.ALREADY_APPLIED  # past its expiry: nothing written, nothing to fence later
+    assert await redis_client.exists(keys.applied_key(first[0].board)) == 0
     second = _batches({"race": definition}, [(1, "a", 5, ts + 1, ts + 1)])
     r2 = await sink.flush(second, lambda b, p: 0)  # what the worker expects after its own window
     print("second window:", r2[0].outcome, r2[0].current)
@@ -81,15 +83,22 @@ async def test_grouped_flush_mixed_fenced_and_period_boards(redis_client: Redis)
     """Sanity (expected to pass): a FLUSH group mixing plain boards, a fenced board in the middle and
     (if grouped) a period board answers one reply per board in order, and each board's expiry is its own."""
     from flusher.batch import BoardBatch  # noqa: F401
+
     sink = RedisSink(redis_client, "scores")
     now = int(datetime.now(UTC).timestamp() * 1000)
     season = BoardDef(reset="daily", keep=1, grace_ms=0)
-    records = [SimpleNamespace(offset=i, timestamp=now, value=orjson.dumps({"board": b, "player": "p", "delta": i + 1}))
-               for i, b in enumerate(["p1", "p2", "race", "p3"])]
-    decoded, defs = route(records, decode_all(records, Decoder()),
-                          {"p1": BoardDef(), "p2": BoardDef(), "race": season, "p3": BoardDef()})
+    await board_store.declare(redis_client, "race", season)
+    records = [
+        SimpleNamespace(offset=i, timestamp=now, value=orjson.dumps({"board": b, "player": "p", "delta": i + 1}))
+        for i, b in enumerate(["p1", "p2", "race", "p3"])
+    ]
+    decoded, defs = route(
+        records, decode_all(records, Decoder()), {"p1": BoardDef(), "p2": BoardDef(), "race": season, "p3": BoardDef()}
+    )
     window = Window()
-    window.fold_for(0).fold_checked(records, decoded, {str(f[0]): -1 for f in decoded}, set(), defs, {})
+    window.fold_for(0).fold_checked(
+        records, decoded, {str(f[0]): -1 for f in decoded if type(f) is tuple}, set(), defs, {}
+    )
     batches = window.batches(100)[0]
     await redis_client.hset(keys.applied_key("p2"), "scores:0", 99)  # p2 fenced
     await redis_client.script_flush()  # NOSCRIPT on every command: the groups are resent once
@@ -105,3 +114,15 @@ async def test_grouped_flush_mixed_fenced_and_period_boards(redis_client: Redis)
     race = next(b for b in got if b.startswith("race@"))
     assert await redis_client.pttl(keys.board_key(race)) > 0
     assert [b.board for b in batches] == list(got)
+
+
+async def test_the_registry_holds_boards_not_their_periods(redis_client: Redis) -> None:
+    definition = BoardDef(reset="hourly")
+    await board_store.declare(redis_client, "race", definition)
+    sink = RedisSink(redis_client, "scores")
+    now = int(datetime.now(UTC).timestamp() * 1000)
+    for hour in range(3):
+        ts = now - hour * 3_600_000
+        assert await sink.flush(_batches({"race": definition}, [(hour, "a", 1, ts, ts)]), lambda b, p: -1)
+    assert sink._registered == {"race"}
+    assert await redis_client.zrange(keys.BOARD_INDEX_KEY, 0, -1) == [b"race"]
