@@ -31,6 +31,10 @@ DEFINITION_TTL_S = 5.0
 DEFINITION_CACHE_SIZE = 65_536
 
 
+#: Kept periods a 404 looks up and names at most (newest first).
+NAMED_IN_404 = 10
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -123,7 +127,8 @@ async def existing(redis: Redis, board: str, kept: Sequence[Period]) -> list[Exi
 
 async def period_not_found(redis: Redis, board: str, period_id: str, kept: Sequence[Period]) -> ApiError:
     """The 404 naming the kept periods that exist, so a client can pick one."""
-    ids = [e.period.id for e in await existing(redis, board, kept)]
+    # the newest few only: a keep of 1,000 must not make every 404 read 1,000 periods
+    ids = [e.period.id for e in await existing(redis, board, kept[:NAMED_IN_404])]
     listed = ", ".join(ids) if ids else "none"
     return not_found("period", f"board {board!r} has no period {period_id!r} (not kept, or not started); "
                      f"kept periods that exist, newest first: {listed}")  # fmt: skip
