@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from hotboard import keys
+from hotboard.boards import BoardDef
 from hotboard.codec import Event
 from hotboard.devstack import free_port
 from hotboard.loadgen import PublishStats, generate, publish
@@ -29,12 +31,47 @@ from hotboard.process import spawn, stop_process
 Totals = dict[str, dict[str, int]]
 
 
-def totals_of(events: Iterable[Event]) -> Totals:
-    """The reference: each board's exact per-player sum, computed without any hotboard code path."""
+def totals_of(events: Iterable[Event], seasons: dict[str, BoardDef] | None = None) -> Totals:
+    """The reference: each board's exact per-player sum, computed without any hotboard code path; events of
+    the seasonal boards in ``seasons`` count in the period board of their event time (``B@<id>``)."""
     out: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
     for e in events:
-        out[e.board][e.player] += e.delta or 0
+        board = e.board
+        definition = (seasons or {}).get(board)
+        if definition is not None and e.ts_ms is not None:
+            board = f"{board}@{definition.schedule.period_of(e.ts_ms).id}"
+        out[board][e.player] += e.delta or 0
     return {b: dict(d) for b, d in out.items()}
+
+
+#: The seasonal boards of the core's exactness tests: two weekly per-region boards (grace long enough that the
+#: events either side of this week's start all count), beside ``global``, which never resets.
+WEEKLY = BoardDef(reset="weekly", keep=4, grace_ms=8 * 86_400_000)
+SEASONS = {"board-1": WEEKLY, "board-2": WEEKLY}
+
+
+def seasonal_mix(url: str, events: Sequence[Event], seed: int = 0) -> tuple[list[Event], Totals]:
+    """``events`` with ``board-1`` and ``board-2`` declared weekly and their event times spread over the hour
+    either side of this week's start (a replay crosses the period boundary), and the reference totals."""
+    from redis.asyncio import Redis as AsyncRedis
+
+    from hotboard import board_store
+
+    async def declare() -> None:
+        client = AsyncRedis.from_url(url)
+        try:
+            for board, definition in SEASONS.items():
+                await board_store.declare(client, board, definition)
+        finally:
+            await client.aclose()
+
+    asyncio.run(declare())
+    start = WEEKLY.schedule.period_of(int(time.time() * 1000)).start_ms
+    rng = random.Random(seed)
+    mixed = [e._replace(ts_ms=start + rng.randint(-3_600_000, 3_600_000)) if e.board in SEASONS else e for e in events]
+    totals = totals_of(mixed, SEASONS)
+    assert sum(1 for b in totals if "@" in b) == 4, "both weeks of both seasonal boards"
+    return mixed, totals
 
 
 def read_boards(url: str, boards: Iterable[str]) -> Totals:

@@ -14,6 +14,7 @@ from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy
 from tests.integration.harness import (
     Feeder,
+    seasonal_mix,
     skewed_events,
     totals_of,
     wait_exact,
@@ -45,7 +46,8 @@ def test_kill_9_three_times_while_events_flow(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
     topic = topic_factory(8)
-    events = skewed_events(120_000, seed=7)
+    # one board that never resets and two weekly ones whose events straddle this week's start
+    events, expected = seasonal_mix(redis_server.url, skewed_events(120_000, seed=7), seed=7)
     victim = spawn(redis_server.url, topic, "victim")
     steady = spawn(redis_server.url, topic, "steady")
     feeder = Feeder(kafka, topic, events, rate=3000)  # 40 s of events: every kill lands while they flow
@@ -57,7 +59,7 @@ def test_kill_9_three_times_while_events_flow(
         victim.kill()
         victim.start()
     feeder.finish()
-    wait_exact(redis_server.url, totals_of(events), timeout_s=90)
+    wait_exact(redis_server.url, expected, timeout_s=90)
     # each kill moved partitions: the steady member saw the fleet change every time (join, crash, join...)
     assert steady.metric("hotboard_rebalances_total") >= 4
 
@@ -89,7 +91,8 @@ def test_zombie_is_fenced(
     past its session timeout; the heir takes every partition and applies the same events; then the zombie's
     stale flush arrives and the zombie wakes up. Its scripts must be refused, and the totals exact."""
     topic = topic_factory(8)
-    events = skewed_events(90_000, seed=13)  # 30 s of events: they still flow once the heir owns everything
+    # 30 s of events (they still flow once the heir owns everything), two weekly boards straddling this week
+    events, expected = seasonal_mix(redis_server.url, skewed_events(90_000, seed=13), seed=13)
     with TcpProxy(redis_server.port) as proxy:
         zombie = spawn(proxy.url, topic, "zombie", window_ms=500, extra_env={"HOTBOARD_REDIS_TIMEOUT_S": "60"})
         zombie.wait_ready()
@@ -111,7 +114,7 @@ def test_zombie_is_fenced(
         zombie.signal(signal.SIGCONT)
         zombie.wait_metric("hotboard_windows_total", 1, result="fenced")
         feeder.finish()
-        wait_exact(redis_server.url, totals_of(events), timeout_s=90)
+        wait_exact(redis_server.url, expected, timeout_s=90)
         assert zombie.metric("hotboard_resyncs_total", reason="fenced") >= 1
 
 
@@ -120,7 +123,7 @@ def test_redis_outage_holds_and_catches_up(
     how: str, kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
     topic = topic_factory(8)
-    events = skewed_events(40_000, seed=17)
+    events, expected = seasonal_mix(redis_server.url, skewed_events(40_000, seed=17), seed=17)
     worker = spawn(redis_server.url, topic)
     feeder = Feeder(kafka, topic, events, rate=2500)
     feeder.start()
@@ -132,7 +135,7 @@ def test_redis_outage_holds_and_catches_up(
     worker.wait_metric("hotboard_windows_total", 2, result="failed")  # the outage is felt, pending work held
     redis_server.start()
     feeder.finish()
-    wait_exact(redis_server.url, totals_of(events), timeout_s=90)
+    wait_exact(redis_server.url, expected, timeout_s=90)
     assert worker.proc is not None and worker.proc.poll() is None, "worker must ride out the outage"
     if how == "sigkill":
         assert worker.metric("hotboard_resyncs_total", reason="redis_restart") >= 1
