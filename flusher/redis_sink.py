@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Sequence
-from functools import lru_cache
 from itertools import chain
 from typing import Any
 
@@ -21,10 +20,11 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, CheckpointResult, ExpectedWatermark, Outcome
+from flusher.seasons import season_args
 from hotboard import earliest, keys, lua, operators
 from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
-from hotboard.periods import expire_at_ms, split_period_board
+from hotboard.periods import split_period_board
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ class RedisSink:
             fence += (field, expected(board, partition), offset)
         definition = batch.definition
         fence.append(definition.spec)
-        fence += _season(board, definition) if definition.seasonal else _NOT_SEASONAL
+        fence += season_args(board, definition) if definition.seasonal else _NOT_SEASONAL
         return fence
 
     def _apply_command(self, batch: BoardBatch, fence: list[Any]) -> list[Any]:
@@ -299,21 +299,6 @@ class RedisSink:
         if status == -2:
             return BoardResult(batch.board, Outcome.REDEFINED, 0)
         raise ResponseError(f"unexpected flush script reply {reply!r}")
-
-
-def _season(board: str, definition: BoardDef) -> tuple[int, int]:
-    """(seed the period's definition copy, expire at ms) of a batch: (0, 0) unless ``board`` is a period."""
-    _, period_id = split_period_board(board)
-    if period_id is None or not definition.seasonal:
-        return 0, 0
-    return 1, period_expiry(period_id, definition)
-
-
-@lru_cache(maxsize=4096)
-def period_expiry(period_id: str, definition: BoardDef) -> int:
-    """When a period's keys expire: one answer per period and definition, whatever the number of boards."""
-    schedule = definition.schedule
-    return expire_at_ms(schedule, schedule.parse_id(period_id), definition.keep, definition.grace_ms)
 
 
 def _board_keys(board: str) -> list[str]:

@@ -121,7 +121,7 @@ class Intake:
                 rest = chunk[steady.consumed :]
                 decoded = decode_all(rest, self._decoder)
                 try:
-                    defs = await self._definitions(decoded)
+                    defs = await self._definitions(decoded, state.fast)
                     # seasonal boards' events go to their period's board (watermarks are per period board)
                     decoded, defs = seasons.route(rest, decoded, defs)
                     unknown = boards_to_check(decoded, state.watermarks)
@@ -153,11 +153,18 @@ class Intake:
                 self._pending.seal()
         return out
 
-    async def _definitions(self, decoded: list[Decoded]) -> dict[str, BoardDef | DefinitionError]:
-        """The definitions of the boards in ``decoded``, read from Redis unless cached (declared ones only: an
-        undeclared board may be declared any time). A cached one that is out of date is caught by the flush
-        script, which refuses the window."""
-        return await self._sink.load_definitions({f[0] for f in decoded if type(f) is tuple}, self.definitions)
+    async def _definitions(
+        self, decoded: list[Decoded], fast: dict[str, BoardDef]
+    ) -> dict[str, BoardDef | DefinitionError]:
+        """The definitions of the boards in ``decoded``: those of the fast path's boards as they were folded
+        (their flushes check them), the others read from Redis unless cached (declared ones only: an
+        undeclared board may be declared any time). A stale one is caught by the flush script."""
+        boards = {f[0] for f in decoded if type(f) is tuple}
+        found: dict[str, BoardDef | DefinitionError] = {b: fast[b] for b in boards if b in fast}
+        rest = boards - found.keys()
+        if rest:
+            found.update(await self._sink.load_definitions(rest, self.definitions))
+        return found
 
     async def _skip_unreadable(self, error: Exception) -> None:
         """Read every partition again from where we are with the lenient parser: a record whose header names

@@ -192,14 +192,14 @@ class PartitionFold:
                     dead.append((record, InvalidEvent(Reason.BAD_DEFINITION, str(found)[:300])))
                     continue
                 definition = found
-                if definition.summable and board not in fast:
-                    fast[board] = definition
                 operator = op or definition.operator
                 try:
                     amount = resolve(operator, delta, score)
                 except InvalidEvent as exc:  # the board's own operator needs the other field
                     dead.append((record, exc))
                     continue
+                if definition.summable and board not in fast:
+                    fast[board] = definition  # only once an event folded: its flush checks the definition
                 self.defs[board] = definition
                 if definition.earliest and ts is None:
                     ts = max(int(record.timestamp or 0), 0)  # the tie time comes from the record, never a clock
