@@ -91,11 +91,14 @@ class RedisSink:
         relative to, and the watermarks must not be trusted."""
         ordered = list(boards)
         field = self.field(partition)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hget(keys.checkpoint_key(self._topic), str(partition))
-            for board in ordered:
-                pipe.hget(keys.applied_key(board), field)
-            checkpoint, *rows = await pipe.execute()
+        # packed by hiredis, one round trip: after a rebalance every board of the partition is looked up once
+        commands: list[list[Any]] = [["HGET", keys.checkpoint_key(self._topic), str(partition)]]
+        commands += [["HGET", keys.applied_key(board), field] for board in ordered]
+        replies = await self._send(commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        checkpoint, *rows = replies
         marks = {b: NO_WATERMARK if v is None else int(v) for b, v in zip(ordered, rows, strict=True)}
         return marks, NO_WATERMARK if checkpoint is None else int(checkpoint)
 
