@@ -105,14 +105,9 @@ class BoardList(TypedDict):
     next: Annotated[str | None, Schema(description="Pass as `after` for the next page; null on the last page")]
 
 
-class BoardInfo(TypedDict):
-    board: str
-    order: Order
-    operator: Operator
-    ties: Ties
-    reset: Annotated[str, Schema(description="never, hourly, daily, weekly, monthly or a cron expression (UTC)")]
-    keep: Annotated[int, Schema(minimum=0, description="Closed periods kept queryable")]
-    grace_ms: Annotated[int, Schema(minimum=0, description="How long after a period closes its late events count")]
+class BoardInfo(BoardSummary):
+    """A board's definition (as listed), and its state."""
+
     declared: Annotated[bool, Schema(description="Declared (hotboard boards create); else the default definition")]
     size: Total
     as_of: AsOf

@@ -40,19 +40,6 @@ async def _declare(url: str) -> None:
         await client.aclose()
 
 
-def _records(events: dict[str, list[Ev]], rng: random.Random) -> list[tuple[bytes, bytes]]:
-    """The boards' events interleaved at random, each board's in its own order, keyed by player."""
-    queues = {b: list(reversed(e)) for b, e in events.items()}
-    out: list[tuple[bytes, bytes]] = []
-    while queues:
-        board = rng.choice(sorted(queues))
-        e = queues[board].pop()
-        if not queues[board]:
-            del queues[board]
-        out.append((e.player.encode(), e.value(board, BOARDS[board])))
-    return out
-
-
 def _exact(url: str, expected: dict[str, dict[str, tuple[int, int]]]) -> Callable[[], bool]:
     def check() -> bool:
         r = redis.Redis.from_url(url)
@@ -76,7 +63,7 @@ def test_every_board_kind_is_exact_through_kill_9(
     topic = topic_factory(4)
     victim = spawn(redis_server.url, topic, "victim")
     steady = spawn(redis_server.url, topic, "steady")
-    feeder = Feeder(kafka, topic, _records(events, rng), rate=1200)  # 25 s of events: the kills land in them
+    feeder = Feeder(kafka, topic, _in_order(events, BOARDS, rng), rate=1200)  # 25 s of events: the kills land in them
     feeder.start()
     for _ in range(2):
         victim.wait_ready()
