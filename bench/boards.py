@@ -4,7 +4,9 @@ Prints, for one window that touches every board (``--boards`` x ``--players`` ev
 ``--partitions`` partitions) folded by the worker's own fold and flushed by its own sink:
 
 - fold and batching time, and the worker process's RSS growth while the window is pending;
-- flush time of the window: first (every board and player new) and again (every score updated);
+- flush time of the window: first (every board and player new) and again (every score updated), beside the
+  floor measured in the same run: the same ZINCRBYs alone, 1,000 boards per Lua script, no watermark, no
+  definition check, no meta (what one Redis must do whatever the bookkeeping);
 - positioning after a rebalance: the one HMGET of checkpoints, and the lazy watermark lookups the first
   events of every board then make (in the intake's chunks), against the goal of 1 s;
 - ``GET /v1/boards``'s page read (``board_store.page``, 100 names) with that many boards registered.
@@ -18,14 +20,18 @@ import resource
 import sys
 import tempfile
 import time
+from itertools import chain
 from pathlib import Path
 from types import SimpleNamespace
 
 import orjson
+from hiredis import pack_command
 from redis.asyncio import Redis
 
+from flusher import wire
+from flusher.batch import BoardBatch
 from flusher.redis_sink import RedisSink
-from hotboard import board_store
+from hotboard import board_store, lua
 from hotboard.boards import DEFAULT
 from hotboard.codec import Decoder
 from hotboard.devstack import RedisServer, free_port
@@ -46,6 +52,39 @@ def records(boards: int, players: int, partitions: int, round_no: int) -> dict[i
             body = {"board": f"guild-{b}", "player": player, "delta": 1 + round_no + i}
             out[p].append(SimpleNamespace(offset=len(out[p]) + round_no * boards * players, value=orjson.dumps(body)))
     return out
+
+
+#: The floor: only the ZINCRBYs of a window, several boards per call (KEYS: boards; ARGV per board: m, then m
+#: player/delta pairs).
+BARE = """
+local a = 1
+for k = 1, #KEYS do
+  local stop = a + tonumber(ARGV[a])
+  for i = a + 1, stop, 2 do redis.call('ZINCRBY', KEYS[k], ARGV[i + 1], ARGV[i]) end
+  a = stop + 1
+end
+return 0
+"""
+_BARE = lua.Script(BARE)
+
+
+async def bare_flush(redis: Redis, batches: list[BoardBatch]) -> float:
+    """Seconds to apply the batches' deltas as bare ZINCRBYs (on ``bare:{board}``), packed as the sink packs."""
+    started = time.perf_counter()
+    commands = []
+    for i in range(0, len(batches), 1000):
+        chunk = batches[i : i + 1000]
+        args: list[object] = []
+        for batch in chunk:
+            args.append(2 * len(batch.deltas))
+            args.extend(chain.from_iterable(batch.deltas.items()))
+        commands.append(pack_command(tuple(_BARE.command([f"bare:{{{b.board}}}" for b in chunk], args))))
+    replies = await wire.stream(redis, commands)  # the sink's own send path
+    if any(isinstance(r, Exception) for r in replies):
+        await redis.script_load(BARE)
+        replies = await wire.stream(redis, commands)
+    assert not any(isinstance(r, Exception) for r in replies), replies
+    return time.perf_counter() - started
 
 
 def fold(parts: dict[int, list[SimpleNamespace]], boards: int) -> Window:
@@ -79,11 +118,13 @@ async def bench(url: str, args: argparse.Namespace) -> None:
         results = await sink.flush(batches, lambda b, p: marks.get((b, p), -1))
         flushed = time.perf_counter() - started
         assert all(r.outcome.value == "applied" for r in results)
+        floor = await bare_flush(redis, batches)
         for batch in batches:
             for p, off in batch.offsets.items():
                 marks[batch.board, p] = off
         print(f"  {label}: fold {folded:.2f} s, batches {batched:.2f} s ({len(batches):,}), "
-              f"flush {flushed:.2f} s (goal 0.5 s), RSS +{rss1 - rss0:.0f} MiB while pending")  # fmt: skip
+              f"flush {flushed:.2f} s (goal 0.5 s), RSS +{rss1 - rss0:.0f} MiB while pending; "
+              f"floor (bare ZINCRBYs) {floor:.2f} s, flush / floor {flushed / floor:.1f}")  # fmt: skip
         del window, batches, parts
     await redis.hset("hb:ckpt:{bench}", mapping={str(p): 10**9 for p in range(args.partitions)})
     started = time.perf_counter()

@@ -11,7 +11,7 @@ after every batch of the window is confirmed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from itertools import chain
 from typing import Any
 
@@ -19,6 +19,7 @@ from hiredis import pack_command
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
+from flusher import wire
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, CheckpointResult, ExpectedWatermark, Outcome
 from flusher.seasons import season_args
 from hotboard import earliest, keys, lua, operators
@@ -31,9 +32,9 @@ log = logging.getLogger(__name__)
 _FLUSH = lua.Script(lua.FLUSH)
 _APPLY = lua.Script(lua.APPLY)
 _MARK = lua.Script(lua.MARK_SEASONAL)
+_LOOKUP = lua.Script(lua.LOOKUP)
 #: Boards per FLUSH call at most (each brings four keys).
 MAX_GROUP = 1000
-_NOT_SEASONAL = (0, 0)
 
 
 class RedisSink:
@@ -44,6 +45,7 @@ class RedisSink:
         self._topic = topic
         self._script_players = script_players
         self._fields: dict[int, str] = {}
+        self._tails: dict[BoardDef, tuple[str, int, int]] = {}
         self._registered: set[str] = set()
 
     def field(self, partition: int) -> str:
@@ -90,17 +92,12 @@ class RedisSink:
         if it is not the one the worker positioned from, Redis lost (or someone moved) what the answer is
         relative to, and the watermarks must not be trusted."""
         ordered = list(boards)
-        field = self.field(partition)
-        # packed by hiredis, one round trip: after a rebalance every board of the partition is looked up once
-        commands: list[list[Any]] = [["HGET", keys.checkpoint_key(self._topic), str(partition)]]
-        commands += [["HGET", keys.applied_key(board), field] for board in ordered]
-        replies = await self._send(commands)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        checkpoint, *rows = replies
-        marks = {b: NO_WATERMARK if v is None else int(v) for b, v in zip(ordered, rows, strict=True)}
-        return marks, NO_WATERMARK if checkpoint is None else int(checkpoint)
+        # one script, one reply: the checkpoint and every watermark read atomically together (the intake asks
+        # for at most a fold chunk's boards at once)
+        keys_ = [keys.checkpoint_key(self._topic), *map(keys.applied_key, ordered)]
+        checkpoint, *rows = await wire.script(self._redis, _LOOKUP, keys_, [str(partition), self.field(partition)])
+        marks = {b: int(v) for b, v in zip(ordered, rows, strict=True)}
+        return marks, int(checkpoint)
 
     async def load_definitions(
         self, boards: Collection[str], cache: DefinitionCache
@@ -123,11 +120,27 @@ class RedisSink:
                 new.setdefault(logical, batch.definition)
         if not new:
             return set()
-        await self._redis.zadd(keys.BOARD_INDEX_KEY, dict.fromkeys(new, 0))
+        # packed by hiredis in chunks, all in one round trip: a first window of 100,000 new boards registers
+        # them in one write, not one awaited call per seasonal board
+        names = list(new)
+        commands: list[bytes] = []
+        for i in range(0, len(names), 10_000):
+            zadd: list[Any] = ["ZADD", keys.BOARD_INDEX_KEY]
+            zadd.extend(chain.from_iterable((0, b) for b in names[i : i + 10_000]))
+            commands.append(pack_command(tuple(zadd)))
         seasonal = [(b, d) for b, d in new.items() if d.seasonal]
+        commands += [
+            pack_command(tuple(_MARK.command([keys.meta_key(b), keys.def_key(b)], [d.spec]))) for b, d in seasonal
+        ]
+        replies = await wire.stream(self._redis, commands)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            await self._redis.script_load(_MARK.text)
+            replies = await wire.stream(self._redis, commands)  # ZADD and MARK_SEASONAL are idempotent
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
         stale: set[str] = set()
-        for board, definition in seasonal:
-            stored = await _MARK(self._redis, [keys.meta_key(board), keys.def_key(board)], [definition.spec])
+        for (board, definition), stored in zip(seasonal, replies[len(replies) - len(seasonal) :], strict=True):
             if (stored.decode() if isinstance(stored, bytes) else str(stored)) != definition.spec:
                 stale.add(board)
         self._registered.update(b for b in new if b not in stale)
@@ -147,24 +160,21 @@ class RedisSink:
         if stale:  # folded under a definition that is no longer the board's: nothing is sent, the worker refolds
             log.warning("boards %s were redeclared since their definition was cached", sorted(stale))
             return [BoardResult(b.board, Outcome.REDEFINED, 0) for b in batches]
-        commands, owners = self._commands(batches, expected)
-
-        async def send(indices: Sequence[int]) -> list[Any]:
-            return await self._send([commands[i] for i in indices])
-
+        owners: list[tuple[bool, list[int]]] = []
+        sent: list[bytes] = []
+        replies = await wire.stream(self._redis, self._commands(batches, expected, owners), sent)
         # A NOSCRIPT reply (Redis restarted and forgot the script) applied nothing: just those are resent.
-        replies = await send(range(len(commands)))
         again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if again:
             for script in (_FLUSH, _APPLY):
                 await self._redis.script_load(script.text)
-            for i, reply in zip(again, await send(again), strict=True):
+            for i, reply in zip(again, await wire.stream(self._redis, [sent[i] for i in again]), strict=True):
                 replies[i] = reply
         per_batch: list[Any] = [None] * len(batches)
-        for command, (reply, owned) in enumerate(zip(replies, owners, strict=True)):
+        for reply, (apply, owned) in zip(replies, owners, strict=True):
             if isinstance(reply, Exception):
                 raise reply
-            if commands[command][1] == _APPLY.sha:
+            if apply:
                 per_batch[owned[0]] = reply
                 continue
             if len(reply) != len(owned):
@@ -184,32 +194,25 @@ class RedisSink:
         return [CheckpointResult(p, int(ok) == 1, int(prev)) for p, (ok, prev) in zip(moves, replies, strict=True)]
 
     def _commands(
-        self, batches: Sequence[BoardBatch], expected: ExpectedWatermark
-    ) -> tuple[list[list[Any]], list[list[int]]]:
-        """The EVALSHA commands of a window, and which batches each one carries (in reply order)."""
-        commands: list[list[Any]] = []
-        owners: list[list[int]] = []
+        self, batches: Sequence[BoardBatch], expected: ExpectedWatermark, owners: list[tuple[bool, list[int]]]
+    ) -> Iterator[bytes]:
+        """The window's EVALSHA commands, packed, as they are built; ``owners`` gets, per command, whether it is
+        an APPLY and which batches it carries (in reply order)."""
         group_keys: list[str] = []
         group_args: list[Any] = []
         group: list[int] = []
         players = 0
-
-        def close() -> None:
-            nonlocal group_keys, group_args, group, players
-            if group:
-                commands.append(_FLUSH.command(group_keys, group_args))
-                owners.append(group)
-            group_keys, group_args, group, players = [], [], [], 0
-
         for i, batch in enumerate(batches):
             fence = self._fence(batch, expected)
             plain = batch.states is None and batch.steps is None and not batch.metas
             if not (plain and batch.definition.ties in ("shared", "lexical")):
-                commands.append(self._apply_command(batch, fence))
-                owners.append([i])
+                owners.append((True, [i]))
+                yield pack_command(tuple(self._apply_command(batch, fence)))
                 continue
             if group and (players + len(batch.deltas) > self._script_players or len(group) >= MAX_GROUP):
-                close()
+                owners.append((False, group))
+                yield pack_command(tuple(_FLUSH.command(group_keys, group_args)))
+                group_keys, group_args, group, players = [], [], [], 0
             board = batch.board
             group_keys += (keys.board_key(board), keys.applied_key(board), keys.meta_key(board), keys.def_key(board))
             group_args += fence
@@ -217,8 +220,9 @@ class RedisSink:
             group_args.extend(chain.from_iterable(batch.deltas.items()))
             group.append(i)
             players += len(batch.deltas)
-        close()
-        return commands, owners
+        if group:
+            owners.append((False, group))
+            yield pack_command(tuple(_FLUSH.command(group_keys, group_args)))
 
     def _fence(self, batch: BoardBatch, expected: ExpectedWatermark) -> list[Any]:
         board = batch.board
@@ -228,8 +232,16 @@ class RedisSink:
             field = fields.get(partition) or fields.setdefault(partition, self.field(partition))
             fence += (field, expected(board, partition), offset)
         definition = batch.definition
-        fence.append(definition.spec)
-        fence += season_args(board, definition) if definition.seasonal else _NOT_SEASONAL
+        if definition.seasonal:
+            fence.append(definition.spec)
+            fence += season_args(board, definition)
+        else:
+            tail = self._tails.get(definition)
+            if tail is None:  # one spec string per definition, not one per board and flush
+                if len(self._tails) >= 256:
+                    self._tails.clear()
+                tail = self._tails[definition] = (definition.spec, 0, 0)
+            fence += tail
         return fence
 
     def _apply_command(self, batch: BoardBatch, fence: list[Any]) -> list[Any]:
@@ -263,30 +275,6 @@ class RedisSink:
         if batch.metas:
             args.extend(chain.from_iterable(batch.metas.items()))
         return args
-
-    async def _send(self, commands: list[list[Any]]) -> list[Any]:
-        """All commands in one write and one round trip; each reply (or error) in order.
-
-        The payload is packed by hiredis in C: redis-py's asyncio pipeline packs in Python, which costs more
-        than Redis spends running the scripts when a window holds 100,000 players."""
-        payload = b"".join([pack_command(tuple(command)) for command in commands])
-        pool = self._redis.connection_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-        try:
-            await conn.send_packed_command(payload)
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(await conn.read_response())
-                except ResponseError as exc:  # an error reply (NOSCRIPT, WRONGTYPE...): the stream stays in sync
-                    replies.append(exc)
-        except BaseException:
-            # Half-read replies would poison the next user of this connection.
-            await conn.disconnect()
-            raise
-        finally:
-            await pool.release(conn)
-        return replies
 
     def _result(self, batch: BoardBatch, reply: Any) -> BoardResult:
         if isinstance(reply, Exception):

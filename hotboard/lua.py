@@ -35,9 +35,12 @@ local function fence(k, a)
     local t = redis.call('TIME')
     if expire <= tonumber(t[1]) * 1000 then return {{1}}, n end  -- a period past its expiry: nothing to keep
   end
-  local fenced, already, current = false, true, {{}}
+  local fenced, already, current, fields = false, true, {{}}, {{}}
+  for i = 0, n - 1 do fields[i + 1] = ARGV[a + 2 + 3 * i] end
+  local held = {{}}
+  if n > 0 then held = redis.call('HMGET', KEYS[k + 2], unpack(fields)) end  -- one call, every partition
   for i = 0, n - 1 do
-    local cur = redis.call('HGET', KEYS[k + 2], ARGV[a + 2 + 3 * i]) or '-1'
+    local cur = held[i + 1] or '-1'
     current[i + 1] = cur
     if cur ~= ARGV[a + 3 + 3 * i] then fenced = true end
     if cur ~= ARGV[a + 4 + 3 * i] then already = false end
@@ -241,6 +244,20 @@ for i = 1, #ARGV, 3 do
   else
     out[#out + 1] = {0, cur}
   end
+end
+return out
+"""
+
+
+#: Look up one partition's watermarks on many boards (single Redis: the keys span slots, as FLUSH's do; a
+#: Redis Cluster sink asks per slot). KEYS: checkpoint hash, then each board's applied hash. ARGV: the
+#: checkpoint's field, the watermark field. Answers the checkpoint then each watermark, -1 where absent: one
+#: reply per call, where one HGET per board cost a reply each (parsed and awaited in Python).
+LOOKUP = """
+local out = {redis.call('HGET', KEYS[1], ARGV[1]) or -1}
+local field = ARGV[2]
+for i = 2, #KEYS do
+  out[i] = redis.call('HGET', KEYS[i], field) or -1
 end
 return out
 """
