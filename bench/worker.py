@@ -415,7 +415,7 @@ async def exact(redis: Redis, pre: Preload) -> tuple[bool, str]:
 @dataclass(slots=True)
 class FlushRun:
     seconds: float
-    build_s: float  # RedisSink._command argument building alone (separately timed, same batch)
+    build_s: float  # RedisSink._commands: building and packing the arguments (separately timed, same batch)
     redis_usec: int  # EVALSHA time inside Redis (commandstats usec delta)
 
 

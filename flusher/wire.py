@@ -11,7 +11,7 @@ from typing import Any
 
 from hiredis import pack_command
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 
 from hotboard import lua
 
@@ -22,41 +22,63 @@ WRITE_BYTES = 1 << 18
 
 async def stream(redis: Redis, commands: Iterable[bytes], sent: list[bytes] | None = None) -> list[Any]:
     """Send packed commands as they come, then read each reply (or error reply) in order. ``sent`` keeps what
-    was sent (to resend after NOSCRIPT)."""
+    was sent (to resend after NOSCRIPT). When building a command fails, what went out before is read back
+    (it ran: its boards' watermarks moved, and a retry is recognised there) and the error raised."""
     pool = redis.connection_pool
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:
         count = 0
         buffer: list[bytes] = []
         size = 0
-        for packed in commands:
+        produced = iter(commands)
+        while True:
+            try:
+                packed = next(produced, None)
+            except Exception:
+                await _replies(conn, count)
+                raise
+            if packed is None:
+                break
             buffer.append(packed)
             size += len(packed)
             if size >= WRITE_BYTES:
-                await conn.send_packed_command(buffer, check_health=count == 0)
-                count += len(buffer)
-                if sent is not None:
-                    sent += buffer
+                count = await _write(conn, buffer, count, sent)
                 buffer, size = [], 0
         if buffer:
-            await conn.send_packed_command(buffer, check_health=count == 0)
-            count += len(buffer)
-            if sent is not None:
-                sent += buffer
-        replies: list[Any] = []
-        for _ in range(count):
-            try:
-                replies.append(await conn.read_response())
-            except ResponseError as exc:  # an error reply (NOSCRIPT, WRONGTYPE...): the stream stays in sync
-                replies.append(exc)
+            count = await _write(conn, buffer, count, sent)
+        replies = await _replies(conn, count)
     except BaseException:
-        # Half-read replies would poison the next user of this connection. A command sent before the error
-        # ran or not, like any lost reply: its board's watermark says which, and the retry is fenced by it.
+        # Half-read replies would poison the next user of this connection. A command sent before a lost
+        # connection ran or not, like any lost reply: its board's watermark says which, and fences the retry.
         await conn.disconnect()
         raise
     finally:
         await pool.release(conn)
     return replies
+
+
+async def _replies(conn: Any, count: int) -> list[Any]:
+    replies: list[Any] = []
+    for _ in range(count):
+        try:
+            replies.append(await conn.read_response())
+        except ResponseError as exc:  # an error reply (NOSCRIPT, WRONGTYPE...): the stream stays in sync
+            replies.append(exc)
+    return replies
+
+
+async def _write(conn: Any, buffer: list[bytes], count: int, sent: list[bytes] | None) -> int:
+    """One write of the stream; returns how many commands are out. A connection lost after the first write is
+    an error (redis-py would quietly reconnect, and the replies of what went out before are gone with it)."""
+    if count and not conn.is_connected:
+        raise ConnectionError("the connection closed while a window was being sent")
+    try:
+        await conn.send_packed_command(buffer, check_health=count == 0)
+    except AttributeError as exc:  # closed under the write (its writer is gone): a lost connection
+        raise ConnectionError("the connection closed while a window was being sent") from exc
+    if sent is not None:
+        sent += buffer
+    return count + len(buffer)
 
 
 async def script(redis: Redis, code: lua.Script, keys: Sequence[str], args: Sequence[Any]) -> Any:

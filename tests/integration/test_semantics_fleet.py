@@ -179,7 +179,7 @@ def test_seasons_are_exact_through_kill_9_across_a_period_boundary(
     topic = topic_factory(4)
     victim = spawn(redis_server.url, topic, "victim")
     steady = spawn(redis_server.url, topic, "steady")
-    feeder = Feeder(kafka, topic, _in_order(events, boards, rng), rate=1200)
+    feeder = Feeder(kafka, topic, _in_order(events, boards, rng), rate=500)  # 40 s of events: both kills land in them
     feeder.start()
     for _ in range(2):
         victim.wait_ready()

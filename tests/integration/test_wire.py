@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from flusher import wire
 from flusher.batch import NO_WATERMARK, BoardBatch, Outcome
 from flusher.redis_sink import RedisSink
-from hotboard import board_store, keys
+from hotboard import board_store, keys, lua
 from hotboard.boards import BoardDef
 
 pytestmark = pytest.mark.integration
@@ -89,3 +89,48 @@ async def test_lookups_read_the_checkpoint_with_the_watermarks(redis_client: Red
     assert checkpoint == 7
     assert marks == {f"l-{b}": b if b % 2 == 0 else NO_WATERMARK for b in range(2000)}
     assert await sink.load_watermarks(1, ["l-0"]) == ({"l-0": NO_WATERMARK}, NO_WATERMARK)
+
+
+async def test_only_the_commands_redis_forgot_are_sent_again(redis_client: Redis) -> None:
+    """APPLY known, FLUSH forgotten: the plain boards' calls answer NOSCRIPT and go again, the dense boards'
+    calls ran once; every board exact, every result in its batch's place."""
+    for b in range(0, 1000, 97):
+        await board_store.declare(redis_client, f"w-{b}", DENSE)
+    await redis_client.script_flush()
+    await redis_client.script_load(lua.APPLY)
+    window = _window(1000, 0)
+    results = await RedisSink(redis_client, "scores", script_players=300).flush(window, lambda b, p: NO_WATERMARK)
+    assert [(r.board, r.outcome, r.version) for r in results] == [(b.board, Outcome.APPLIED, 1) for b in window]
+    for b in (0, 1, 97, 999):
+        assert await _totals(redis_client, f"w-{b}") == {f"g{b}-p{i}": 1 + i for i in range(3)}
+
+
+async def test_a_window_cut_short_by_an_error_is_exact_on_its_retry(
+    redis_client: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands go out while later ones are built: an error half-way leaves the first boards applied. The
+    retry, with the same expectations, is recognised where it ran and applied where it did not."""
+    monkeypatch.setattr(wire, "WRITE_BYTES", 2048)
+    sink = RedisSink(redis_client, "scores", script_players=300)
+    for script in (lua.FLUSH, lua.APPLY):
+        await redis_client.script_load(script)  # known: what goes out runs (no NOSCRIPT pass to retry)
+    for b in range(0, 3000, 97):
+        await board_store.declare(redis_client, f"w-{b}", DENSE)
+    calls = 0
+
+    def failing(board: str, partition: int) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1500:
+            raise RuntimeError("injected: the window's arguments cannot be built")
+        return NO_WATERMARK
+
+    with pytest.raises(RuntimeError, match="injected"):
+        await sink.flush(_window(3000, 0), failing)
+    assert 0 < await redis_client.zcard(keys.board_key("w-1")) and not await redis_client.exists("hb:{w-2999}")
+    results = await sink.flush(_window(3000, 0), lambda b, p: NO_WATERMARK)
+    outcomes = [r.outcome for r in results]
+    assert Outcome.ALREADY_APPLIED in outcomes and Outcome.APPLIED in outcomes
+    assert set(outcomes) == {Outcome.ALREADY_APPLIED, Outcome.APPLIED}
+    for b in range(3000):
+        assert await _totals(redis_client, f"w-{b}") == {f"g{b}-p{i}": 1 + i for i in range(3)}
