@@ -24,25 +24,55 @@ if TYPE_CHECKING:
 def merge(parts: dict[int, PartitionFold], max_players: int) -> tuple[list[BoardBatch], int]:
     """The batches, and how many deltas were held at +-MAX_EXACT (a window's sum can pass 2^53 when each event
     does not). Partitions of one player rarely overlap (the record key is the player id), so the common case is
-    adopting one partition's dict without copying it."""
+    adopting one partition's dict without copying it; summed shares take a short path (no share object, no
+    form checks), which is most of the work when a window touches 100,000 small boards."""
     out: list[BoardBatch] = []
     open_batch: dict[str, BoardBatch] = {}
     for partition, fold in parts.items():
         offset = fold.last_offset
-        for board in [*fold.boards, *fold.ops, *fold.steps]:
-            share = _share(fold, board)
-            batch = open_batch.get(board)
-            # a share folded under another definition goes alone: the script refuses whichever is stale
-            if batch is None or batch.players + share.players > max_players or share.definition != batch.definition:
-                share.offsets = {partition: offset}
-                open_batch[board] = share
-                out.append(share)
+        defs, fast, metas = fold.defs, fold.fast, fold.metas
+        for board, deltas in fold.boards.items():
+            if metas and board in metas:
+                _add(out, open_batch, _share(fold, board), partition, offset, max_players)
                 continue
-            if len(batch.offsets) == 1:
-                _own(batch)
-            _merge_into(batch, share)
-            batch.offsets[partition] = offset
+            definition = (defs.get(board) if defs else None) or fast.get(board) or DEFAULT
+            batch = open_batch.get(board)
+            if batch is None or len(batch.deltas) + len(deltas) > max_players:
+                batch = open_batch[board] = BoardBatch(board, deltas, {partition: offset}, definition)
+                out.append(batch)
+            elif (
+                batch.states is None
+                and batch.steps is None
+                and (definition is batch.definition or definition == batch.definition)
+            ):
+                if len(batch.offsets) == 1:
+                    _own(batch)
+                _sum_into(batch.deltas, deltas)
+                batch.offsets[partition] = offset
+            else:
+                _add(out, open_batch, BoardBatch(board, deltas, {}, definition), partition, offset, max_players)
+        for board in [*fold.ops, *fold.steps]:
+            _add(out, open_batch, _share(fold, board), partition, offset, max_players)
     return out, sum(_hold(batch) for batch in out)
+
+
+def _add(
+    out: list[BoardBatch], open_batch: dict[str, BoardBatch], share: BoardBatch, partition: int, offset: int,
+    max_players: int,
+) -> None:  # fmt: skip
+    """One partition's share of a board, in any form: merged into the board's open batch, or a new one."""
+    board = share.board
+    batch = open_batch.get(board)
+    # a share folded under another definition goes alone: the script refuses whichever is stale
+    if batch is None or batch.players + share.players > max_players or share.definition != batch.definition:
+        share.offsets = {partition: offset}
+        open_batch[board] = share
+        out.append(share)
+        return
+    if len(batch.offsets) == 1:
+        _own(batch)
+    _merge_into(batch, share)
+    batch.offsets[partition] = offset
 
 
 def _share(fold: PartitionFold, board: str) -> BoardBatch:
@@ -82,12 +112,7 @@ def _merge_into(batch: BoardBatch, share: BoardBatch) -> None:
                     earliest.push(mine, step, desc)
         return
     if batch.states is None and share.states is None:
-        merged = batch.deltas
-        deltas = share.deltas
-        # Usually disjoint (one player, one partition): C-speed update, Python only for the overlap.
-        overlap = {player: merged[player] + deltas[player] for player in merged.keys() & deltas.keys()}
-        merged.update(deltas)
-        merged.update(overlap)
+        _sum_into(batch.deltas, share.deltas)
         return
     states = batch.states if batch.states is not None else {}
     for player, delta in batch.deltas.items():
@@ -97,6 +122,16 @@ def _merge_into(batch: BoardBatch, share: BoardBatch) -> None:
     theirs = share.states if share.states is not None else {p: summed(d) for p, d in share.deltas.items()}
     for player, state in theirs.items():
         states[player] = op_fold(states.get(player), state)
+
+
+def _sum_into(merged: dict[str, int], deltas: dict[str, int]) -> None:
+    """Usually disjoint (one player, one partition): a C-speed update, Python only for the overlap."""
+    if merged.keys().isdisjoint(deltas):
+        merged.update(deltas)
+        return
+    overlap = {player: merged[player] + deltas[player] for player in merged.keys() & deltas.keys()}
+    merged.update(deltas)
+    merged.update(overlap)
 
 
 def _hold(batch: BoardBatch) -> int:
