@@ -9,7 +9,10 @@ Prints, for one window that touches every board (``--boards`` x ``--players`` ev
   definition check, no meta (what one Redis must do whatever the bookkeeping);
 - positioning after a rebalance: the one HMGET of checkpoints, and the lazy watermark lookups the first
   events of every board then make (in the intake's chunks), against the goal of 1 s;
-- ``GET /v1/boards``'s page read (``board_store.page``, 100 names) with that many boards registered.
+- ``GET /v1/boards``'s page read (``board_store.page``, 100 names) with that many boards registered;
+- with ``--breakdown``, where Redis's time goes: the update window flushed again on an emptied server by the
+  shipped FLUSH script, by one without the definition check, and by one without the meta hash (no version,
+  no ``as_of``: one key fewer per board). The variants are measurements only: each drops a guarantee.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import resource
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,7 +32,7 @@ import orjson
 from hiredis import pack_command
 from redis.asyncio import Redis
 
-from flusher import wire
+from flusher import redis_sink, wire
 from flusher.batch import BoardBatch
 from flusher.redis_sink import RedisSink
 from hotboard import board_store, lua
@@ -162,17 +165,63 @@ async def bench(url: str, args: argparse.Namespace) -> None:
     await redis.aclose()
 
 
+#: FLUSH without a piece of its bookkeeping (the text each variant removes, and what stands in for it).
+VARIANTS = {
+    "as shipped": [],
+    "without the definition check": [("local spec = redis.call('HGET', KEYS[k + 4], 'spec')", "local spec = want")],
+    "without the meta hash (version, as_of)": [
+        ("local version = redis.call('HINCRBY', KEYS[k + 3], 'version', 1)", "local version = 1"),
+        ("redis.call('HSET', KEYS[k + 3], 'as_of', now)", ""),
+    ],
+}
+
+
+def marks_of(marks: dict[tuple[str, int], int]) -> Callable[[str, int], int]:
+    return lambda board, partition: marks.get((board, partition), -1)
+
+
+async def breakdown(url: str, args: argparse.Namespace) -> None:
+    redis = Redis.from_url(url)
+    print("where the update window's Redis time goes (each variant on an emptied server, first window then update):")
+    for name, cuts in [*VARIANTS.items(), *VARIANTS.items()]:  # twice, interleaved: this machine drifts
+        text = lua.FLUSH
+        for old, new in cuts:
+            assert old in text, f"FLUSH changed: {old!r} is gone, update bench.boards.VARIANTS"
+            text = text.replace(old, new)
+        await redis.flushall()
+        await redis.script_load(text)
+        redis_sink._FLUSH = lua.Script(text)  # bench-only: the sink runs the variant
+        sink = RedisSink(redis, "bench")
+        marks: dict[tuple[str, int], int] = {}
+        for round_no in range(2):
+            batches, _ = fold(records(args.boards, args.players, args.partitions, round_no), args.boards).batches(4000)
+            await redis.config_resetstat()
+            started = time.perf_counter()
+            results = await sink.flush(batches, marks_of(marks))
+            flushed = time.perf_counter() - started
+            assert all(r.outcome.value == "applied" for r in results)
+            for batch in batches:
+                for p, off in batch.offsets.items():
+                    marks[batch.board, p] = off
+        print(f"  {name}: update flush {flushed:.2f} s, {await script_seconds(redis):.2f} s in Redis's scripts")
+    redis_sink._FLUSH = lua.Script(lua.FLUSH)
+    await redis.aclose()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.boards", description=__doc__.split("\n\n")[0])
     ap.add_argument("--boards", type=int, default=100_000)
     ap.add_argument("--players", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--breakdown", action="store_true", help="also measure FLUSH without parts of its bookkeeping")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(free_port(), Path(tmp), appendonly=False)
         server.start()
         try:
             asyncio.run(bench(server.url, args))
+            if args.breakdown:
+                asyncio.run(breakdown(server.url, args))
         finally:
             server.stop()
     return 0
