@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
@@ -64,9 +65,11 @@ class Intake:
         self._decoder = Decoder()
         #: Definitions of the boards seen, bounded; cleared on every resynchronisation.
         self.definitions = DefinitionCache(settings.max_cached_definitions)
+        self._forget_at = time.monotonic() + settings.forget_idle_boards_s
 
     async def poll(self) -> bool:
         """One fetch, folded. True when it folded records (the caller re-checks backpressure)."""
+        self.forget_idle()
         try:
             batch = await self._consumer.getmany(timeout_ms=100, max_records=self.settings.max_poll_records)
         except OffsetOutOfRangeError as exc:
@@ -82,6 +85,18 @@ class Intake:
         if batch:
             await self.fold(batch)
         return bool(batch)
+
+    def forget_idle(self, now: float | None = None) -> None:
+        """Every ``forget_idle_boards_s``: idle boards leave the partitions' bookkeeping. Runs here, between
+        fetches, never while a fold waits on a lookup (whose boards must stay known until it folds)."""
+        now = time.monotonic() if now is None else now
+        if now < self._forget_at:
+            return
+        self._forget_at = now + self.settings.forget_idle_boards_s
+        for p, state in self._assignment.parts.items():
+            if state.ready:
+                self._metrics.boards_forgotten.inc(state.forget_idle(self._pending.boards_of(p)))
+        self._metrics.known_boards.set(sum(len(st.watermarks) for st in self._assignment.parts.values()))
 
     async def fold(self, batch: dict[TopicPartition, list[Any]]) -> None:
         applied = invalid = duplicate = 0
@@ -144,7 +159,7 @@ class Intake:
                         log.warning("partition %d: checkpoint %d in Redis, %d expected; resynchronising",
                                     tp.partition, checkpoint, state.checkpoint)  # fmt: skip
                         return out
-                    state.watermarks.update(marks)
+                    state.learned(marks)
                 fold = self._pending.active.fold_for(tp.partition)  # may have been sealed
                 out.append(fold.fold_checked(rest, decoded, state.watermarks, state.clear, defs, state.fast))
                 state.next_offset = max(state.next_offset, fold.last_offset + 1)

@@ -83,6 +83,12 @@ class WorkerMetrics:
         self.saturated = Counter(
             "hotboard_saturated", "Totals or window deltas held at +-(2^53-1), the exact range of a score", registry=r
         )
+        self.known_boards = Gauge(
+            "hotboard_known_boards", "Boards whose watermark the worker keeps, summed over its partitions", registry=r
+        )
+        self.boards_forgotten = Counter(
+            "hotboard_boards_forgotten", "Idle boards dropped from the watermark bookkeeping", registry=r
+        )
         self.resyncs = Counter("hotboard_resyncs", "Resynchronisations from Redis, by cause", ["reason"], registry=r)
         for result in ("applied", "invalid", "duplicate"):
             self.events.labels(result)

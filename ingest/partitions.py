@@ -9,6 +9,7 @@ event takes its board's watermark check (a board the partition never fed takes t
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -94,6 +95,8 @@ class PartitionState:
     clear: set[str] = field(default_factory=set)
     #: The clear boards whose definition sums ``incr`` events (the fold's fast path), with that definition.
     fast: dict[str, BoardDef] = field(default_factory=dict)
+    #: Boards applied or looked up since the last :meth:`forget_idle`: the others are idle.
+    recent: set[str] = field(default_factory=set)
 
     def reset(self, checkpoint: int, resume: int) -> None:
         self.checkpoint = checkpoint
@@ -101,6 +104,7 @@ class PartitionState:
         self.watermarks = {}
         self.clear = set()
         self.fast = {}
+        self.recent = set()
         self.halted = None
         self.beyond_since = None
         self.ready = True
@@ -109,3 +113,24 @@ class PartitionState:
         """Our own batch for ``board`` landed up to ``offset``."""
         self.watermarks[board] = offset
         self.clear.add(board)
+        self.recent.add(board)
+
+    def learned(self, marks: dict[str, int]) -> None:
+        """Watermarks looked up in Redis."""
+        self.watermarks.update(marks)
+        self.recent.update(marks)
+
+    def forget_idle(self, pending: Container[str]) -> int:
+        """Drop the boards idle since the last call (a week's period boards once the next week runs), so the
+        bookkeeping holds the boards in use, not every board ever seen. Only a watermark at or below the
+        checkpoint goes (it skips nothing any more), and never a board of a pending window (its flush expects
+        it). A forgotten board's next event looks its watermark up again, exactly as after a positioning.
+        Returns how many were forgotten."""
+        recent, checkpoint = self.recent, self.checkpoint
+        idle = [b for b, mark in self.watermarks.items() if mark <= checkpoint and b not in recent and b not in pending]
+        for board in idle:
+            del self.watermarks[board]
+            self.clear.discard(board)
+            self.fast.pop(board, None)
+        self.recent = set()
+        return len(idle)

@@ -75,6 +75,15 @@ class Pending:
     def entries(self) -> int:
         return self.active.entries + sum(w.entries for w in self.sealed)
 
+    def boards_of(self, partition: int) -> set[str]:
+        """Every board with pending work from ``partition``, in any window."""
+        out: set[str] = set()
+        for window in (self.active, *self.sealed):
+            fold = window.parts.get(partition)
+            if fold is not None:
+                out.update(fold.boards, fold.ops, fold.steps)
+        return out
+
     def seal(self) -> None:
         if not self.active.is_empty():
             self.sealed.append(self.active)

@@ -50,6 +50,12 @@ class WorkerSettings(LogSettings):
     max_cached_definitions: int = Field(
         65_536, ge=1, description="Board definitions a worker keeps in memory (more are read again from Redis)"
     )
+    forget_idle_boards_s: float = Field(
+        600.0,
+        gt=0,
+        description="Boards without an applied window for this long (up to twice it) leave the per-partition "
+        "watermark bookkeeping; the next event of one looks its watermark up again",
+    )
     revoke_flush_timeout_s: float = Field(3.0, gt=0, description="Budget of the flush before giving partitions up")
     halt_recheck_s: float = Field(30.0, gt=0, description="How often a halted partition is checked again")
 

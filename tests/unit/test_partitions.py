@@ -42,3 +42,23 @@ def test_a_partition_resumes_only_when_no_reason_is_left() -> None:
     pauses.pause([3], PauseReason.HALTED)
     pauses.forget([3])
     assert pauses.paused_for(PauseReason.HALTED) == []
+
+
+def test_idle_boards_are_forgotten_the_busy_and_the_pending_kept() -> None:
+    from hotboard.boards import BoardDef
+    from ingest.partitions import PartitionState
+
+    state = PartitionState(0)
+    state.reset(checkpoint=100, resume=101)
+    state.learned({"idle": 40, "ahead": 150, "looked-up": -1})
+    for board in ("idle", "ahead", "looked-up"):
+        state.clear.add(board)
+        state.fast[board] = BoardDef()
+    assert state.forget_idle(pending=set()) == 0  # every one was seen since the last call
+    state.applied("busy", 100)
+    assert state.forget_idle(pending={"looked-up"}) == 1  # idle goes; looked-up is in a pending window
+    assert set(state.watermarks) == {"ahead", "looked-up", "busy"}  # ahead: its watermark still skips records
+    assert "idle" not in state.clear and "idle" not in state.fast
+    state.checkpoint = 200
+    assert state.forget_idle(pending=set()) == 3  # nothing seen since: all idle, all below the checkpoint
+    assert state.watermarks == {} and state.clear == set() and state.fast == {}
