@@ -35,6 +35,9 @@ _MARK = lua.Script(lua.MARK_SEASONAL)
 _LOOKUP = lua.Script(lua.LOOKUP)
 #: Boards per FLUSH call at most (each brings four keys).
 MAX_GROUP = 1000
+#: Boards the sink remembers as registered; past it, it starts over (a quiet guild's board is then registered
+#: once more at its next flush) instead of growing with every board ever flushed.
+MAX_REGISTERED = 262_144
 
 
 class RedisSink:
@@ -143,6 +146,8 @@ class RedisSink:
         for (board, definition), stored in zip(seasonal, replies[len(replies) - len(seasonal) :], strict=True):
             if (stored.decode() if isinstance(stored, bytes) else str(stored)) != definition.spec:
                 stale.add(board)
+        if len(self._registered) + len(new) > MAX_REGISTERED:
+            self._registered.clear()  # bounded: a board seen again is registered again (an idempotent ZADD)
         self._registered.update(b for b in new if b not in stale)
         return stale
 

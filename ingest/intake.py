@@ -96,7 +96,7 @@ class Intake:
         for p, state in self._assignment.parts.items():
             if state.ready:
                 self._metrics.boards_forgotten.inc(state.forget_idle(self._pending.boards_of(p)))
-        self._metrics.known_boards.set(sum(len(st.watermarks) for st in self._assignment.parts.values()))
+        self._metrics.known_boards.set(sum(len(st.watermarks) for st in self._assignment.parts.values() if st.ready))
 
     async def fold(self, batch: dict[TopicPartition, list[Any]]) -> None:
         applied = invalid = duplicate = 0
@@ -141,6 +141,8 @@ class Intake:
                     decoded, defs = seasons.route(rest, decoded, defs)
                     unknown = boards_to_check(decoded, state.watermarks)
                     if unknown:
+                        # a checkpoint move may land while the lookup's reply is read: either side is ours
+                        known = (state.checkpoint, state.advancing)
                         marks, checkpoint = await self._sink.load_watermarks(tp.partition, unknown)
                 except TRANSIENT as exc:
                     self._consumer.seek(tp, state.next_offset)  # fetched again once Redis answers
@@ -151,7 +153,7 @@ class Intake:
                 if self._assignment.ready_state(tp.partition) is not state:
                     return out  # revoked or resynchronised while we waited
                 if unknown:
-                    if checkpoint not in (state.checkpoint, state.advancing):
+                    if checkpoint not in (state.checkpoint, state.advancing, *known):
                         # Redis lost (or someone moved) the checkpoint these watermarks are relative to: an
                         # emptied Redis answers "no watermark" for a board it applied. Resynchronise first.
                         self._consumer.seek(tp, state.next_offset)

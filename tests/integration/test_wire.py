@@ -134,3 +134,20 @@ async def test_a_window_cut_short_by_an_error_is_exact_on_its_retry(
     assert set(outcomes) == {Outcome.ALREADY_APPLIED, Outcome.APPLIED}
     for b in range(3000):
         assert await _totals(redis_client, f"w-{b}") == {f"g{b}-p{i}": 1 + i for i in range(3)}
+
+
+async def test_the_registered_boards_are_bounded_and_registered_again(
+    redis_client: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flusher import redis_sink
+
+    monkeypatch.setattr(redis_sink, "MAX_REGISTERED", 25)
+    sink = RedisSink(redis_client, "scores")
+    for round_no in range(4):
+        batches = [BoardBatch(f"r-{round_no}-{b}", {"a": 1}, {0: round_no}) for b in range(10)]
+        await sink.flush(batches, lambda board, p: NO_WATERMARK)
+        assert len(sink._registered) <= 25
+    await redis_client.delete(keys.BOARD_INDEX_KEY)  # lost (as with a Redis restart): registered again
+    [again] = await sink.flush([BoardBatch("r-0-0", {"a": 1}, {0: 9})], lambda board, p: 0)
+    assert again.outcome is Outcome.APPLIED
+    assert await redis_client.zrange(keys.BOARD_INDEX_KEY, 0, -1) == [b"r-0-0"]
