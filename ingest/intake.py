@@ -86,10 +86,10 @@ class Intake:
             await self.fold(batch)
         return bool(batch)
 
-    def forget_idle(self, now: float | None = None) -> None:
+    def forget_idle(self) -> None:
         """Every ``forget_idle_boards_s``: idle boards leave the partitions' bookkeeping. Runs here, between
         fetches, never while a fold waits on a lookup (whose boards must stay known until it folds)."""
-        now = time.monotonic() if now is None else now
+        now = time.monotonic()
         if now < self._forget_at:
             return
         self._forget_at = now + self.settings.forget_idle_boards_s

@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -50,9 +50,8 @@ WEEKLY = BoardDef(reset="weekly", keep=4, grace_ms=8 * 86_400_000)
 SEASONS = {"board-1": WEEKLY, "board-2": WEEKLY}
 
 
-def seasonal_mix(url: str, events: Sequence[Event], seed: int = 0) -> tuple[list[Event], Totals]:
-    """``events`` with ``board-1`` and ``board-2`` declared weekly and their event times spread over the hour
-    either side of this week's start (a replay crosses the period boundary), and the reference totals."""
+def declare_boards(url: str, definitions: Mapping[str, BoardDef]) -> None:
+    """Declare each board with its definition (``hotboard boards create``), from a test's own thread."""
     from redis.asyncio import Redis as AsyncRedis
 
     from hotboard import board_store
@@ -60,12 +59,18 @@ def seasonal_mix(url: str, events: Sequence[Event], seed: int = 0) -> tuple[list
     async def declare() -> None:
         client = AsyncRedis.from_url(url)
         try:
-            for board, definition in SEASONS.items():
+            for board, definition in definitions.items():
                 await board_store.declare(client, board, definition)
         finally:
             await client.aclose()
 
     asyncio.run(declare())
+
+
+def seasonal_mix(url: str, events: Sequence[Event], seed: int = 0) -> tuple[list[Event], Totals]:
+    """``events`` with ``board-1`` and ``board-2`` declared weekly and their event times spread over the hour
+    either side of this week's start (a replay crosses the period boundary), and the reference totals."""
+    declare_boards(url, SEASONS)
     start = WEEKLY.schedule.period_of(int(time.time() * 1000)).start_ms
     rng = random.Random(seed)
     mixed = [e._replace(ts_ms=start + rng.randint(-3_600_000, 3_600_000)) if e.board in SEASONS else e for e in events]
@@ -247,6 +252,21 @@ class Feeder(threading.Thread):
             raise self.error
         assert self.stats is not None
         return self.stats
+
+
+def kill_while_feeding(
+    victim: WorkerProcess, feeder: Feeder, times: int, ready: Callable[[], None] | None = None
+) -> None:
+    """SIGKILL ``victim`` ``times`` times, each once it flushes with pending work (and ``ready()`` returned),
+    restarting it each time; every kill must land while ``feeder`` still publishes."""
+    for _ in range(times):
+        victim.wait_ready()
+        victim.wait_metric("hotboard_windows_total", 1, result="flushed")
+        if ready is not None:
+            ready()
+        assert feeder.is_alive(), "the events ran out before the kills: the test would prove nothing"
+        victim.kill()
+        victim.start()
 
 
 def skewed_events(count: int, *, players: int = 5000, boards: int = 3, seed: int = 1) -> list[Event]:

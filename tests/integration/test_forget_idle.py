@@ -10,7 +10,7 @@ import pytest
 
 from hotboard.devstack import RedisServer
 from tests.integration.conftest import Spawn
-from tests.integration.harness import Feeder, wait_exact, wait_for
+from tests.integration.harness import Feeder, kill_while_feeding, wait_exact, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -71,13 +71,8 @@ def test_boards_forgotten_and_revisited_while_workers_die_stay_exact(
     steady = spawn(redis_server.url, topic, "steady", extra_env=env)
     feeder = Feeder(kafka, topic, events, rate=90)  # 30 waves of about 2 s (5,100 events in about a minute)
     feeder.start()
-    for _ in range(2):
-        victim.wait_ready()
-        victim.wait_metric("hotboard_windows_total", 1, result="flushed")
-        wait_for(lambda: steady.metric("hotboard_boards_forgotten_total") > 0, timeout_s=30, what="a forgotten board")
-        assert feeder.is_alive(), "the events ran out before the kills: the test would prove nothing"
-        victim.kill()
-        victim.start()
+    forgotten = lambda: steady.metric("hotboard_boards_forgotten_total") > 0  # noqa: E731
+    kill_while_feeding(victim, feeder, 2, lambda: wait_for(forgotten, timeout_s=30, what="a forgotten board"))
     feeder.finish()
     wait_exact(redis_server.url, expected, timeout_s=90)
     assert steady.metric("hotboard_boards_forgotten_total") > 0

@@ -11,11 +11,11 @@ from typing import cast
 import pytest
 import redis
 
-from hotboard import board_store, keys
+from hotboard import keys
 from hotboard.boards import BoardDef
 from hotboard.devstack import RedisServer
 from tests.integration.conftest import Spawn
-from tests.integration.harness import Feeder, wait_for
+from tests.integration.harness import Feeder, declare_boards, kill_while_feeding, wait_for
 from tests.semantics import Ev, comparable, random_events, read_board, reference
 
 pytestmark = pytest.mark.integration
@@ -27,17 +27,6 @@ BOARDS = {
     "lives": BoardDef("desc", "decr", "earliest"),
     "level": BoardDef("asc", "set", "lexical"),
 }
-
-
-async def _declare(url: str) -> None:
-    from redis.asyncio import Redis
-
-    client = Redis.from_url(url)
-    try:
-        for board, definition in BOARDS.items():
-            await board_store.declare(client, board, definition)
-    finally:
-        await client.aclose()
 
 
 def _exact(url: str, expected: dict[str, dict[str, tuple[int, int]]]) -> Callable[[], bool]:
@@ -54,9 +43,7 @@ def _exact(url: str, expected: dict[str, dict[str, tuple[int, int]]]) -> Callabl
 def test_every_board_kind_is_exact_through_kill_9(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
-    import asyncio
-
-    asyncio.run(_declare(redis_server.url))
+    declare_boards(redis_server.url, BOARDS)
     rng = random.Random(10)
     events = {b: random_events(rng, d, 6000, players=300, mixed=b == "coins") for b, d in BOARDS.items()}
     expected = {b: comparable(reference(e, BOARDS[b])[0], BOARDS[b]) for b, e in events.items()}
@@ -65,12 +52,7 @@ def test_every_board_kind_is_exact_through_kill_9(
     steady = spawn(redis_server.url, topic, "steady")
     feeder = Feeder(kafka, topic, _in_order(events, BOARDS, rng), rate=1200)  # 25 s of events: the kills land in them
     feeder.start()
-    for _ in range(2):
-        victim.wait_ready()
-        victim.wait_metric("hotboard_windows_total", 1, result="flushed")
-        assert feeder.is_alive(), "the events ran out before the kills: the test would prove nothing"
-        victim.kill()
-        victim.start()
+    kill_while_feeding(victim, feeder, 2)
     feeder.finish()
     wait_for(_exact(redis_server.url, expected), timeout_s=90, what="every board equal to the reference")
     r = redis.Redis.from_url(redis_server.url)
@@ -87,10 +69,6 @@ def test_every_board_kind_is_exact_through_kill_9(
 def test_a_board_declared_while_workers_run_is_honoured_before_its_first_event(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
-    import asyncio
-
-    from redis.asyncio import Redis
-
     topic = topic_factory(2)
     worker = spawn(redis_server.url, topic)
     worker.wait_ready()
@@ -100,14 +78,7 @@ def test_a_board_declared_while_workers_run_is_honoured_before_its_first_event(
 
     definition = BoardDef("desc", "best", "earliest")
 
-    async def declare() -> None:
-        client = Redis.from_url(redis_server.url)
-        try:
-            await board_store.declare(client, "fresh", definition)
-        finally:
-            await client.aclose()
-
-    asyncio.run(declare())
+    declare_boards(redis_server.url, {"fresh": definition})
     events = [Ev("a", None, 5, 10), Ev("a", None, 3, 11), Ev("b", None, 5, 9), Ev("c", None, 7, 12)]
     Feeder(kafka, topic, [(e.player.encode(), e.value("fresh", definition)) for e in events], rate=0).finish()
     expected = comparable(reference(events, definition)[0], definition)
@@ -132,8 +103,6 @@ def test_seasons_are_exact_through_kill_9_across_a_period_boundary(
     import asyncio
     import time
 
-    from redis.asyncio import Redis
-
     from hotboard.periods import period_board
 
     weekly = BoardDef("desc", "incr", "shared", reset="weekly", keep=4, grace_ms=8 * 86_400_000)
@@ -141,16 +110,7 @@ def test_seasons_are_exact_through_kill_9_across_a_period_boundary(
     strict = BoardDef(reset="weekly", grace_ms=60_000)
     boards = {"global": BoardDef(), "weekly-eu": weekly, "weekly-us": us, "weekly-strict": strict}
 
-    async def declare() -> None:
-        client = Redis.from_url(redis_server.url)
-        try:
-            for board, definition in boards.items():
-                if definition.seasonal:
-                    await board_store.declare(client, board, definition)
-        finally:
-            await client.aclose()
-
-    asyncio.run(declare())
+    declare_boards(redis_server.url, {b: d for b, d in boards.items() if d.seasonal})
     now = int(time.time() * 1000)
     start = weekly.schedule.period_of(now).start_ms
     rng = random.Random(3)
@@ -181,12 +141,7 @@ def test_seasons_are_exact_through_kill_9_across_a_period_boundary(
     steady = spawn(redis_server.url, topic, "steady")
     feeder = Feeder(kafka, topic, _in_order(events, boards, rng), rate=500)  # 40 s of events: both kills land in them
     feeder.start()
-    for _ in range(2):
-        victim.wait_ready()
-        victim.wait_metric("hotboard_windows_total", 1, result="flushed")
-        assert feeder.is_alive(), "the events ran out before the kills: the test would prove nothing"
-        victim.kill()
-        victim.start()
+    kill_while_feeding(victim, feeder, 2)
     feeder.finish()
 
     def exact() -> bool:

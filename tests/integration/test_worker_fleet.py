@@ -14,6 +14,7 @@ from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy
 from tests.integration.harness import (
     Feeder,
+    kill_while_feeding,
     seasonal_mix,
     skewed_events,
     totals_of,
@@ -52,12 +53,7 @@ def test_kill_9_three_times_while_events_flow(
     steady = spawn(redis_server.url, topic, "steady")
     feeder = Feeder(kafka, topic, events, rate=3000)  # 40 s of events: every kill lands while they flow
     feeder.start()
-    for _ in range(3):
-        victim.wait_ready()
-        victim.wait_metric("hotboard_windows_total", 1, result="flushed")  # flushing, with pending work
-        assert feeder.is_alive(), "the events ran out before the kills: the test would prove nothing"
-        victim.kill()
-        victim.start()
+    kill_while_feeding(victim, feeder, 3)
     feeder.finish()
     wait_exact(redis_server.url, expected, timeout_s=90)
     # each kill moved partitions: the steady member saw the fleet change every time (join, crash, join...)
