@@ -148,7 +148,7 @@ class RedisSink:
                 raise reply
         stale: set[str] = set()
         for (board, spec), stored in zip(seasonal, replies[len(replies) - len(seasonal) :], strict=True):
-            if (stored.decode() if isinstance(stored, bytes) else str(stored)) != spec:
+            if (stored.decode(errors="replace") if isinstance(stored, bytes) else str(stored)) != spec:
                 stale.add(board)
         if len(self._registered) + len(new) > MAX_REGISTERED:
             self._registered.clear()  # bounded: a board seen again is registered again (an idempotent ZADD)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from hotboard import keys, lua
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError, from_hash, from_spec
@@ -76,10 +77,14 @@ async def load_declared(redis: Redis, boards: Sequence[str]) -> dict[str, Found]
     async with redis.pipeline(transaction=False) as pipe:
         for board in boards:
             pipe.hgetall(keys.def_key(board))
-        rows = await pipe.execute()
+        rows = await pipe.execute(raise_on_error=False)
     out: dict[str, Found] = {}
     for board, row in zip(boards, rows, strict=True):
         try:
+            if isinstance(row, ResponseError) and str(row).startswith("WRONGTYPE"):  # not a hash where one belongs
+                raise DefinitionError(str(row))
+            if isinstance(row, Exception):
+                raise row
             out[board] = from_hash(row) if row else None
         except DefinitionError as exc:
             out[board] = DefinitionError(f"{keys.def_key(board)}: {exc}")
