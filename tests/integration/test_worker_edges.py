@@ -22,7 +22,15 @@ from hotboard.codec import Event, encode
 from hotboard.devstack import RedisServer, free_port, port_open
 from ingest.dlq import ERROR_HEADER, SOURCE_HEADER
 from tests.integration.conftest import Spawn
-from tests.integration.harness import Feeder, WorkerProcess, skewed_events, totals_of, wait_exact
+from tests.integration.harness import (
+    JUNK_DEFINITIONS,
+    Feeder,
+    WorkerProcess,
+    seed_junk_definitions,
+    skewed_events,
+    totals_of,
+    wait_exact,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -93,16 +101,6 @@ def test_poison_goes_to_dlq_with_reasons_and_good_events_count(
         worker.cleanup()
 
 
-#: Definition hashes hotboard never writes (a foreign writer, a hand-made HSET): board -> fields, or a string
-#: where the hash belongs.
-JUNK_DEFINITIONS: dict[str, dict[str, bytes] | bytes] = {
-    "junk-utf8": {"spec": b"desc/incr/shared", "order": b"d\xffsc"},
-    "junk-spec": {"spec": b"desc/incr/shared|weekly|4|6\xfe"},
-    "junk-keep": {"spec": "desc/incr/shared|weekly|\u00b2|60000".encode()},
-    "junk-type": b"not a hash",
-}
-
-
 def test_a_definition_hotboard_did_not_write_dead_letters_its_events_across_restarts(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
@@ -110,14 +108,7 @@ def test_a_definition_hotboard_did_not_write_dead_letters_its_events_across_rest
     record: each once), the other boards count exactly, and a restarted worker reads the junk again and keeps
     going."""
     topic = topic_factory(2)
-    r = redis.Redis.from_url(redis_server.url)
-    for board, junk in JUNK_DEFINITIONS.items():
-        if isinstance(junk, bytes):
-            r.set(keys.def_key(board), junk)
-        else:
-            for field, value in junk.items():
-                r.hset(keys.def_key(board), field, value)
-    r.close()
+    seed_junk_definitions(redis_server.url)
     rounds = [skewed_events(2000, players=50, boards=2, seed=seed) for seed in (1, 2)]
     bad = [Event(board, f"p-{i}", 1, None) for board in JUNK_DEFINITIONS for i in range(3)]
     worker = spawn(redis_server.url, topic)
