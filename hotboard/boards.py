@@ -122,6 +122,18 @@ DEFAULT = BoardDef()
 
 
 def from_spec(spec: str) -> BoardDef:
+    """A stored ``spec`` -> its definition. Raises DefinitionError, and only that, for a spec hotboard did not
+    write (a worker dead-letters the board's events as ``bad_definition``, a reader answers 503 for that
+    board): a cron parser meeting text it was never meant to see may raise anything."""
+    try:
+        return _parse_spec(spec)
+    except DefinitionError:
+        raise
+    except (ValueError, ArithmeticError, LookupError, TypeError) as exc:
+        raise DefinitionError(f"stored spec {spec[:60]!r} cannot be read: {exc}") from None
+
+
+def _parse_spec(spec: str) -> BoardDef:
     base, *season = spec.split("|")
     parts = base.split("/")
     if len(parts) != 3 or len(season) not in (0, 3):
@@ -148,12 +160,7 @@ def from_hash(fields: Mapping[bytes, bytes] | Mapping[str, str]) -> BoardDef:
     spec = text.get("spec")
     if spec is None:
         raise DefinitionError("stored definition has no spec field")
-    try:
-        return from_spec(spec)
-    except DefinitionError:
-        raise
-    except (ValueError, ArithmeticError, LookupError, TypeError) as exc:  # a schedule no parser meant to see
-        raise DefinitionError(f"stored spec {spec[:60]!r} cannot be read: {exc}") from None
+    return from_spec(spec)
 
 
 def to_hash(definition: BoardDef, created_ms: int) -> dict[str, str]:
