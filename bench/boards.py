@@ -9,7 +9,7 @@ Prints, for one window that touches every board (``--boards`` x ``--players`` ev
   definition check, no meta (what one Redis must do whatever the bookkeeping);
 - positioning after a rebalance: the one HMGET of checkpoints, and the lazy watermark lookups the first
   events of every board then make (in the intake's chunks), against the goal of 1 s;
-- ``GET /v1/boards``'s page read (``board_store.page``, 100 names) with that many boards registered;
+- ``GET /v1/boards``'s page read (``board_store.readable_page``, 100 names) with that many boards registered;
 - with ``--breakdown``, where Redis's time goes: the update window flushed again on an emptied server by the
   shipped FLUSH script, by one without the definition check, and by one without the meta hash (no version,
   no ``as_of``: one key fewer per board). The variants are measurements only: each drops a guarantee.
@@ -159,7 +159,7 @@ async def bench(url: str, args: argparse.Namespace) -> None:
     print(f"  positioning after a rebalance: checkpoints {positions * 1000:.1f} ms (one HMGET, whatever the boards); "
           f"then lazy watermark lookups of all {args.boards:,} boards {lookups:.2f} s (goal 1 s)")  # fmt: skip
     started = time.perf_counter()
-    page, _ = await board_store.page(redis, "guild-5", 100)
+    page, _ = await board_store.readable_page(redis, "guild-5", 100)
     print(f"  GET /v1/boards page of {len(page)}: {(time.perf_counter() - started) * 1000:.1f} ms")
     print(f"  worker process RSS now {rss_mib():.0f} MiB")
     await redis.aclose()

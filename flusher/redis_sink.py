@@ -49,7 +49,8 @@ class RedisSink:
         self._script_players = script_players
         self._fields: dict[int, str] = {}
         self._tails: dict[BoardDef, tuple[str, int, int]] = {}
-        self._registered: set[str] = set()
+        #: board -> the definition it was registered (a seasonal one: marked) under
+        self._registered: dict[str, BoardDef] = {}
 
     def field(self, partition: int) -> str:
         return keys.watermark_field(self._topic, partition)
@@ -114,13 +115,18 @@ class RedisSink:
         flush: it lists boards to readers and operators. Idempotent, so a registry lost with a Redis restart is
         rebuilt by later flushes. A seasonal board is marked written here (its definition is then fixed), in
         one script on its own slot that first checks its stored definition is the one the window was folded
-        under: a period's copy is seeded from the window's, so a stale cached one must not get that far.
-        Returns the seasonal boards whose definition differs (their batches are refused as redefined)."""
-        new: dict[str, BoardDef] = {}
+        under: a period's copy is seeded from the batch's, so a stale cached one must not get that far. Every
+        batch is checked, not one per board: a board redeclared while a window was folded may have batches
+        under both definitions (one partition's chunk read the old one from the cache, another the new one),
+        each bound for a period of its own. Returns the seasonal boards with a batch under a definition that
+        is not the stored one (their batches are refused as redefined)."""
+        new: dict[str, dict[BoardDef, None]] = {}  # board -> the definitions of its batches not known good
+        registered = self._registered
         for batch in batches:
             logical = split_period_board(batch.board)[0]
-            if logical not in self._registered:
-                new.setdefault(logical, batch.definition)
+            known = registered.get(logical)
+            if known is not batch.definition and known != batch.definition:  # mostly the cache's very object
+                new.setdefault(logical, {})[batch.definition] = None
         if not new:
             return set()
         # packed by hiredis in chunks, all in one round trip: a first window of 100,000 new boards registers
@@ -131,10 +137,8 @@ class RedisSink:
             zadd: list[Any] = ["ZADD", keys.BOARD_INDEX_KEY]
             zadd.extend(chain.from_iterable((0, b) for b in names[i : i + 10_000]))
             commands.append(pack_command(tuple(zadd)))
-        seasonal = [(b, d) for b, d in new.items() if d.seasonal]
-        commands += [
-            pack_command(tuple(_MARK.command([keys.meta_key(b), keys.def_key(b)], [d.spec]))) for b, d in seasonal
-        ]
+        seasonal = [(b, d.spec) for b, found in new.items() for d in found if d.seasonal]
+        commands += [pack_command(tuple(_MARK.command([keys.meta_key(b), keys.def_key(b)], [s]))) for b, s in seasonal]
         replies = await wire.stream(self._redis, commands)
         if any(isinstance(r, NoScriptError) for r in replies):
             await self._redis.script_load(_MARK.text)
@@ -143,12 +147,14 @@ class RedisSink:
             if isinstance(reply, Exception):
                 raise reply
         stale: set[str] = set()
-        for (board, definition), stored in zip(seasonal, replies[len(replies) - len(seasonal) :], strict=True):
-            if (stored.decode() if isinstance(stored, bytes) else str(stored)) != definition.spec:
+        for (board, spec), stored in zip(seasonal, replies[len(replies) - len(seasonal) :], strict=True):
+            if (stored.decode(errors="replace") if isinstance(stored, bytes) else str(stored)) != spec:
                 stale.add(board)
         if len(self._registered) + len(new) > MAX_REGISTERED:
             self._registered.clear()  # bounded: a board seen again is registered again (an idempotent ZADD)
-        self._registered.update(b for b in new if b not in stale)
+        for board, found in new.items():
+            if board not in stale and len(found) == 1:  # two definitions of one board in a window: one is stale
+                registered[board] = next(iter(found))
         return stale
 
     def forget_registry(self) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from hotboard import keys, lua
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError, from_hash, from_spec
@@ -76,10 +77,14 @@ async def load_declared(redis: Redis, boards: Sequence[str]) -> dict[str, Found]
     async with redis.pipeline(transaction=False) as pipe:
         for board in boards:
             pipe.hgetall(keys.def_key(board))
-        rows = await pipe.execute()
+        rows = await pipe.execute(raise_on_error=False)
     out: dict[str, Found] = {}
     for board, row in zip(boards, rows, strict=True):
         try:
+            if isinstance(row, ResponseError) and str(row).startswith("WRONGTYPE"):  # not a hash where one belongs
+                raise DefinitionError(str(row))
+            if isinstance(row, Exception):
+                raise row
             out[board] = from_hash(row) if row else None
         except DefinitionError as exc:
             out[board] = DefinitionError(f"{keys.def_key(board)}: {exc}")
@@ -95,6 +100,67 @@ async def page(redis: Redis, after: str | None, limit: int) -> tuple[list[tuple[
     names = names[:limit]
     found = await load(redis, names)
     return [(n, found[n]) for n in names], (names[-1] if more else None)
+
+
+#: Index members one listing page reads past at most beyond its own (names that are not boards, boards whose
+#: stored definition hotboard did not write): a page is never stuck behind junk, and its cost stays bounded.
+MAX_SKIPPED = 10_000
+#: Index members read per round trip once a page has met junk.
+_SKIP_CHUNK = 1000
+
+
+class Unlistable(Exception):
+    """More than MAX_SKIPPED index members in a row that are not board names: no board name to go on after."""
+
+
+async def readable_page(redis: Redis, after: str | None, limit: int) -> tuple[list[tuple[str, BoardDef]], str | None]:
+    """:func:`page` for readers: up to ``limit`` boards after ``after`` whose names and definitions can be
+    read, and a board name to continue after (None on the last page). An index member that is not a board
+    name (not UTF-8, outside the alphabet: only a foreign writer adds one) and a board whose stored definition
+    hotboard did not write are left out, so every cursor handed out is one a reader accepts and a page is
+    never stuck behind them. Two round trips without junk, as :func:`page`; past junk, a few more."""
+    out: list[tuple[str, BoardDef]] = []
+    start = b"-" if after is None else b"(" + after.encode()
+    passed: str | None = None  # the last board name read past (listed or left out): a cursor
+    skipped = 0
+    while len(out) <= limit:
+        wanted = limit + 1 - len(out)
+        chunk = wanted if not skipped else max(wanted, _SKIP_CHUNK)
+        raw: list[bytes | str] = await redis.zrangebylex(keys.BOARD_INDEX_KEY, start, "+", start=0, num=chunk)
+        names: list[str] = []
+        used = len(raw)
+        for i, member in enumerate(raw):
+            name = _board_name(member)
+            if name is not None:
+                names.append(name)
+                if len(names) == wanted:
+                    used = i + 1
+                    break
+        found = await load_declared(redis, names)
+        readable = [(n, DEFAULT if d is None else d) for n, d in found.items() if not isinstance(d, DefinitionError)]
+        out += readable
+        skipped += used - len(readable)
+        passed = names[-1] if names else passed
+        if len(out) > limit:
+            break  # one board beyond the page: there is a next one
+        if used == len(raw) and len(raw) < chunk:
+            return out, None  # the end of the index
+        if skipped > MAX_SKIPPED:
+            if passed is None:
+                raise Unlistable(f"more than {MAX_SKIPPED} members in a row are not board names")
+            return out, passed
+        last = raw[used - 1]
+        start = b"(" + (last if isinstance(last, bytes) else last.encode())
+    return out[:limit], out[limit - 1][0]
+
+
+def _board_name(member: bytes | str) -> str | None:
+    """An index member as a board name, or None when it is not one."""
+    try:
+        name = member.decode() if isinstance(member, bytes) else member
+    except UnicodeDecodeError:
+        return None
+    return name if keys.is_valid_board(name) else None
 
 
 def _text(raw: bytes | str) -> str:

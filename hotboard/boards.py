@@ -19,6 +19,7 @@ How each definition is laid out in Redis (the README's Redis layout table says t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -39,6 +40,7 @@ TIE_DIGITS = 16
 DEFAULT_KEEP = 4
 DEFAULT_GRACE_MS = 60_000
 MAX_KEEP = 1000
+_DIGITS = re.compile(r"[0-9]{1,19}")
 
 
 @lru_cache(maxsize=1024)
@@ -120,6 +122,18 @@ DEFAULT = BoardDef()
 
 
 def from_spec(spec: str) -> BoardDef:
+    """A stored ``spec`` -> its definition. Raises DefinitionError, and only that, for a spec hotboard did not
+    write (a worker dead-letters the board's events as ``bad_definition``, a reader answers 503 for that
+    board): a cron parser meeting text it was never meant to see may raise anything."""
+    try:
+        return _parse_spec(spec)
+    except DefinitionError:
+        raise
+    except (ValueError, ArithmeticError, LookupError, TypeError) as exc:
+        raise DefinitionError(f"stored spec {spec[:60]!r} cannot be read: {exc}") from None
+
+
+def _parse_spec(spec: str) -> BoardDef:
     base, *season = spec.split("|")
     parts = base.split("/")
     if len(parts) != 3 or len(season) not in (0, 3):
@@ -127,18 +141,22 @@ def from_spec(spec: str) -> BoardDef:
     if not season:
         return BoardDef(*parts)  # type: ignore[arg-type]  # validated in __post_init__
     reset, keep, grace = season
-    if not (keep.isdigit() and grace.isdigit()):
+    if _DIGITS.fullmatch(keep) is None or _DIGITS.fullmatch(grace) is None:  # not str.isdigit: '²' is a digit
         raise DefinitionError(f"keep and grace_ms in a spec are integers, got {spec[:60]!r}")
     return BoardDef(*parts, reset, int(keep), int(grace))  # type: ignore[arg-type, call-arg]
 
 
 def from_hash(fields: Mapping[bytes, bytes] | Mapping[str, str]) -> BoardDef:
-    """``HGETALL hb:{B}:def`` -> the definition (an empty hash: the default). Raises DefinitionError when the
-    stored hash is not one hotboard wrote."""
+    """``HGETALL hb:{B}:def`` -> the definition (an empty hash: the default). Raises DefinitionError, and only
+    that, when the stored hash is not one hotboard wrote (a worker dead-letters the board's events as
+    ``bad_definition``, a reader answers 503 for that board): whatever a foreign writer stored."""
     if not fields:
         return DEFAULT
-    text = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-            for k, v in fields.items()}  # fmt: skip
+    try:
+        text = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+                for k, v in fields.items()}  # fmt: skip
+    except UnicodeDecodeError as exc:
+        raise DefinitionError(f"stored definition is not UTF-8 ({exc.object[:40]!r})") from None
     spec = text.get("spec")
     if spec is None:
         raise DefinitionError("stored definition has no spec field")

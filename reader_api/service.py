@@ -94,25 +94,16 @@ class Reader:
         return orjson.dumps(await self._read(target, lambda n: self.snapshots.players(n, ids)))
 
     async def boards(self, after: str | None, limit: int) -> bytes:
-        """One page of the board index with each board's definition (two round trips, whatever the count)."""
+        """One page of the board index with each board's definition (two round trips, whatever the count).
+        Index members that are not board names and boards whose stored definition cannot be read are left
+        out (those boards' own questions answer 503 naming the key): one corrupt board never stops the
+        listing of the others."""
         try:
-            found, more = await board_store.page(self.redis, after, limit)
-        except DefinitionError:
-            raise await self._corrupt_definition(after, limit) from None
+            found, more = await board_store.readable_page(self.redis, after, limit)
+        except board_store.Unlistable as exc:
+            raise corrupt(keys.BOARD_INDEX_KEY, str(exc)) from None
         listing: BoardList = {"boards": [{"board": name, **d.as_dict()} for name, d in found], "next": more}  # type: ignore[typeddict-item]
         return orjson.dumps(listing)
-
-    async def _corrupt_definition(self, after: str | None, limit: int) -> Exception:
-        """The 503 naming the listed board whose stored definition hotboard did not write (found one board at a
-        time: only on this failure)."""
-        start = "-" if after is None else f"({after}"
-        for raw in await self.redis.zrangebylex(keys.BOARD_INDEX_KEY, start, "+", start=0, num=limit):
-            name = raw.decode() if isinstance(raw, bytes) else raw
-            try:
-                await board_store.load(self.redis, [name])
-            except DefinitionError as exc:
-                return corrupt(keys.def_key(name), str(exc))
-        return corrupt(keys.BOARD_INDEX_KEY, "a listed board's definition changed while being read")
 
     async def board(self, target: Target) -> bytes:
         return orjson.dumps(await self._read(target, self.snapshots.board))

@@ -40,6 +40,11 @@ MAX_OFFSET = 2**53
 #: ``version`` and ``as_of`` are non-negative 64-bit integers (the flusher's HINCRBY and Redis TIME in ms).
 _META_INT = re.compile(rb"[0-9]{1,19}")
 _META_MAX = 2**63 - 1
+#: The deepest player meta an answer holds (``{}`` is 1 level): orjson encodes 254 levels, a top page adds 3.
+MAX_META_DEPTH = 251
+#: The shortest JSON object of MAX_META_DEPTH + 1 levels, ``{"":[[...]]}``: a shorter meta is never that deep,
+#: so only a long one is checked.
+_DEEP_META_BYTES = 5 + 2 * MAX_META_DEPTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +75,9 @@ def parse_score(raw: bytes | str) -> int:
 
 def parse_meta(raw: bytes | str | None, board: str, player: str) -> Meta:
     """A player's stored display metadata: a JSON object, or None when never set. Anything else was not
-    written by a worker: a 503 naming the key, like a corrupt board meta."""
+    written by a worker: a 503 naming the key, like a corrupt board meta. So is an object nested deeper than
+    an answer can hold (orjson encodes 254 levels, and a top page puts a meta 3 levels down): it would be a
+    500 for every page holding that player."""
     if raw is None:
         return None
     try:
@@ -79,6 +86,12 @@ def parse_meta(raw: bytes | str | None, board: str, player: str) -> Meta:
         value = None
     if not isinstance(value, dict):
         raise corrupt(keys.player_meta_key(board), f"meta of player {player!r} is not a JSON object")
+    if len(raw) >= _DEEP_META_BYTES:
+        try:
+            orjson.dumps([[[value]]])  # as deep as any answer holds it: {"entries": [{"meta": ...}]}
+        except orjson.JSONEncodeError:
+            raise corrupt(keys.player_meta_key(board), f"meta of player {player!r} is nested deeper than "
+                          f"{MAX_META_DEPTH} levels: no answer can hold it") from None  # fmt: skip
     return value
 
 

@@ -79,6 +79,30 @@ def seasonal_mix(url: str, events: Sequence[Event], seed: int = 0) -> tuple[list
     return mixed, totals
 
 
+#: Definition hashes hotboard never writes (a foreign writer, a hand-made HSET): board -> fields, or a string
+#: where the hash belongs.
+JUNK_DEFINITIONS: dict[str, dict[str, bytes] | bytes] = {
+    "junk-utf8": {"spec": b"desc/incr/shared", "order": b"d\xffsc"},
+    "junk-spec": {"spec": b"desc/incr/shared|weekly|4|6\xfe"},
+    "junk-keep": {"spec": "desc/incr/shared|weekly|\u00b2|60000".encode()},
+    "junk-type": b"not a hash",
+}
+
+
+def seed_junk_definitions(url: str) -> None:
+    """Store every one of :data:`JUNK_DEFINITIONS` at its board's ``hb:{B}:def``, as a foreign writer would."""
+    r = redis.Redis.from_url(url)
+    try:
+        for board, junk in JUNK_DEFINITIONS.items():
+            if isinstance(junk, bytes):
+                r.set(keys.def_key(board), junk)
+            else:
+                for field, value in junk.items():
+                    r.hset(keys.def_key(board), field, value)
+    finally:
+        r.close()
+
+
 def read_boards(url: str, boards: Iterable[str]) -> Totals:
     r = redis.Redis.from_url(url)
     try:

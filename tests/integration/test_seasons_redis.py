@@ -28,15 +28,21 @@ def _ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second:
     return int(datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp() * 1000)
 
 
-async def _flush(redis: Redis, definition: BoardDef, events: list[tuple[str, int, int]]) -> list[Any]:
-    """(player, delta, ts) on board ``race``, written when they happened, through routing, fold and flush."""
-    records = [SimpleNamespace(offset=i, timestamp=ts, value=orjson.dumps({"board": "race", "player": p, "delta": d,
+def _fold(window: Window, partition: int, definition: BoardDef, events: list[tuple[int, str, int, int]]) -> None:
+    """(offset, player, delta, ts) on board ``race`` folded into ``window`` for ``partition`` under
+    ``definition`` (what that partition's chunk read from the worker's cache)."""
+    records = [SimpleNamespace(offset=o, timestamp=ts, value=orjson.dumps({"board": "race", "player": p, "delta": d,
                                                                            "ts": ts}))
-               for i, (p, d, ts) in enumerate(events)]  # fmt: skip
+               for o, p, d, ts in events]  # fmt: skip
     decoded, defs = route(records, decode_all(records, Decoder()), {"race": definition})
     marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
+    window.fold_for(partition).fold_checked(records, decoded, marks, set(), defs, {})
+
+
+async def _flush(redis: Redis, definition: BoardDef, events: list[tuple[str, int, int]]) -> list[Any]:
+    """(player, delta, ts) on board ``race``, written when they happened, through routing, fold and flush."""
     window = Window()
-    window.fold_for(0).fold_checked(records, decoded, marks, set(), defs, {})
+    _fold(window, 0, definition, [(i, p, d, ts) for i, (p, d, ts) in enumerate(events)])
     batches, _ = window.batches(100)
     results = await RedisSink(redis, "scores").flush(batches, lambda b, p: NO_WATERMARK)
     assert all(r.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED) for r in results), results
@@ -85,3 +91,45 @@ async def test_a_board_that_never_resets_gets_no_expiry(redis_client: Redis) -> 
     await _flush(redis_client, definition, [("a", 5, now)])
     assert await redis_client.pttl(keys.board_key("race")) == -1
     assert await redis_client.exists(keys.def_key("race")) == 0  # nothing seeded: the default stays implicit
+
+
+@pytest.mark.parametrize("fresh_first", [True, False])
+async def test_every_batch_of_a_window_is_checked_against_the_board_definition(
+    redis_client: Redis, fresh_first: bool
+) -> None:
+    """``race`` is redeclared weekly -> daily while its first events are folded: partition 0's chunk was folded
+    under the cached weekly definition, then the cache let it go and partition 1's chunk read daily. One window,
+    two period boards. Whichever batch comes first, the weekly one must not seed ``race@<week>`` (a period the
+    API never reads, since race is daily): the window is refused as redefined and nothing is written."""
+    weekly, daily = BoardDef(reset="weekly"), BoardDef(reset="daily")
+    await board_store.declare(redis_client, "race", weekly)
+    await board_store.declare(redis_client, "race", daily)  # allowed: nothing written yet
+    now = int(datetime.now(UTC).timestamp() * 1000)
+    window = Window()
+    folds = [(1, daily, [(0, "b", 3, now)]), (0, weekly, [(0, "a", 5, now)])]
+    for partition, definition, events in folds if fresh_first else folds[::-1]:
+        _fold(window, partition, definition, events)
+    batches, _ = window.batches(100)
+    week = f"race@{weekly.schedule.period_of(now).id}"
+    assert week in {b.board for b in batches}
+    results = await RedisSink(redis_client, "scores").flush(batches, lambda b, p: NO_WATERMARK)
+    assert {r.outcome for r in results} == {Outcome.REDEFINED}
+    assert await redis_client.exists(keys.board_key(week), keys.def_key(week), keys.applied_key(week)) == 0
+
+
+async def test_a_registered_seasonal_board_still_checks_each_batch_definition(redis_client: Redis) -> None:
+    """The sink remembers ``race`` as registered (marked daily): a later batch folded under another definition
+    (a stale cache entry) is still checked, not waved through to seed its own period."""
+    weekly, daily = BoardDef(reset="weekly"), BoardDef(reset="daily")
+    await board_store.declare(redis_client, "race", daily)
+    sink = RedisSink(redis_client, "scores")
+    now = int(datetime.now(UTC).timestamp() * 1000)
+    first = Window()
+    _fold(first, 0, daily, [(0, "a", 1, now)])
+    assert {r.outcome for r in await sink.flush(first.batches(100)[0], lambda b, p: NO_WATERMARK)} == {Outcome.APPLIED}
+    second = Window()
+    _fold(second, 1, weekly, [(0, "b", 2, now)])
+    results = await sink.flush(second.batches(100)[0], lambda b, p: NO_WATERMARK)
+    week = f"race@{weekly.schedule.period_of(now).id}"
+    assert {r.outcome for r in results} == {Outcome.REDEFINED}
+    assert await redis_client.exists(keys.board_key(week), keys.def_key(week)) == 0

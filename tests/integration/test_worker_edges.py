@@ -18,10 +18,19 @@ import redis
 from aiokafka import AIOKafkaConsumer
 
 from hotboard import keys
-from hotboard.codec import encode
+from hotboard.codec import Event, encode
 from hotboard.devstack import RedisServer, free_port, port_open
 from ingest.dlq import ERROR_HEADER, SOURCE_HEADER
-from tests.integration.harness import Feeder, WorkerProcess, skewed_events, totals_of, wait_exact
+from tests.integration.conftest import Spawn
+from tests.integration.harness import (
+    JUNK_DEFINITIONS,
+    Feeder,
+    WorkerProcess,
+    seed_junk_definitions,
+    skewed_events,
+    totals_of,
+    wait_exact,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -90,6 +99,32 @@ def test_poison_goes_to_dlq_with_reasons_and_good_events_count(
         assert worker.proc is not None and worker.proc.poll() is None
     finally:
         worker.cleanup()
+
+
+def test_a_definition_hotboard_did_not_write_dead_letters_its_events_across_restarts(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    """Each junk definition dead-letters its board's events as ``bad_definition`` (acknowledged like any invalid
+    record: each once), the other boards count exactly, and a restarted worker reads the junk again and keeps
+    going."""
+    topic = topic_factory(2)
+    seed_junk_definitions(redis_server.url)
+    rounds = [skewed_events(2000, players=50, boards=2, seed=seed) for seed in (1, 2)]
+    bad = [Event(board, f"p-{i}", 1, None) for board in JUNK_DEFINITIONS for i in range(3)]
+    worker = spawn(redis_server.url, topic)
+    for n, good in enumerate(rounds, start=1):
+        worker.wait_ready()
+        Feeder(kafka, topic, [*bad, *good], rate=0).finish()
+        worker.wait_metric("hotboard_dlq_total", len(bad), reason="bad_definition", timeout_s=60)
+        wait_exact(redis_server.url, totals_of(e for g in rounds[:n] for e in g), timeout_s=60)
+        dead = asyncio.run(_read_dlq(kafka, topic, n * len(bad) + 1, timeout_s=3))
+        assert len(dead) == n * len(bad)
+        assert {dict(rec.headers)[ERROR_HEADER].decode().split(":")[0] for rec in dead} == {"bad_definition"}  # type: ignore[attr-defined]
+        assert worker.proc is not None and worker.proc.poll() is None
+        rc, _ = worker.terminate()
+        assert rc == 0
+        worker.start()
+    assert all(not redis.Redis.from_url(redis_server.url).exists(keys.board_key(b)) for b in JUNK_DEFINITIONS)
 
 
 def test_unreachable_kafka_exits_nonzero_with_a_clear_message(tmp_path: Path) -> None:
