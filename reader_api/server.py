@@ -29,6 +29,7 @@ from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from reader_api.answers import ErrorBody
+from reader_api.fastpath import NOSNIFF
 
 #: Bytes handed to the parser at once. Small enough that the requests one slice can hold (at least 18 bytes
 #: each) are a few hundred cycles at most; large enough that a normal request is one slice.
@@ -53,6 +54,7 @@ class _Refused(Exception):
 
 
 _REASONS = {
+    400: (b"Bad Request", "bad_request", "invalid HTTP request"),
     408: (b"Request Timeout", "request_timeout", "the request head did not arrive in time"),
     414: (b"URI Too Long", "request_line_too_long", "the request line is too long"),
     431: (b"Request Header Fields Too Large", "headers_too_large", "too many or too large request headers"),
@@ -64,8 +66,8 @@ def refusal(status: int) -> bytes:
     reason, code, message = _REASONS[status]
     error: ErrorBody = {"error": code, "message": message}
     body = orjson.dumps(error)
-    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-    return head % (status, reason, len(body)) + body
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s: %s\r\nconnection: close\r\n"
+    return head % (status, reason, len(body), *NOSNIFF) + b"\r\n" + body
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -140,14 +142,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 if isinstance(cause, _Refused):
                     self._refuse(cause.status)
                 else:
-                    self._pending = memoryview(b"")
-                    self.send_400_response("Invalid HTTP request received.")
+                    self._refuse(400)
                 return
             if self._in_head and self._head_bytes - len(self.url) > self.limits.max_header_bytes:
                 self._refuse(431)
                 return
         if self._pending:
             self.flow.pause_reading()
+
+    def send_400_response(self, msg: str) -> None:
+        self._refuse(400)  # the API's JSON error body and headers, not uvicorn's plain text
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # resumes reading and starts the next queued request, if any
@@ -192,7 +196,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """uvicorn's ``limit_concurrency`` answer, as the API's JSON 503 with Retry-After."""
         error: ErrorBody = {"error": "overloaded", "message": "too many connections; retry later"}
         body = orjson.dumps(error)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), NOSNIFF,
                    (b"retry-after", str(self.limits.retry_after_s).encode()), (b"connection", b"close")]  # fmt: skip
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})

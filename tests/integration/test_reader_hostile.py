@@ -162,6 +162,35 @@ def test_a_trailing_slash_is_404_not_a_redirect_to_the_host_header(server: ApiSe
     assert (status, error_code(body)) == (404, "not_found") and "location" not in headers
 
 
+def _get(target: bytes) -> bytes:
+    return b"GET " + target + b" HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+#: One request per writer of responses: the fast path, the full app, the protocol's own refusals.
+ANY_RESPONSE = {
+    "fast-200": RANK,
+    "fast-404": _get(b"/v1/boards/g/players/nobody"),
+    "fast-422": _get(b"/v1/boards/g/top?limit=x"),
+    "app-200": _get(b"/v1/boards/g"),
+    "app-players": _get(b"/v1/boards/g/players?ids=p1,p2"),
+    "healthz": _get(b"/healthz"),
+    "openapi": _get(b"/openapi.json"),
+    "docs": _get(b"/docs"),
+    "app-404": _get(b"/nowhere"),
+    "app-405": b"POST /v1/boards/g HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
+    "414": _get(b"/healthz?x=" + b"a" * 20_000),
+    "431": b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(500)) + b"\r\n",
+    "400": b"NOT HTTP AT ALL\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("request_bytes", ANY_RESPONSE.values(), ids=ANY_RESPONSE.keys())
+def test_every_response_says_nosniff(server: ApiServer, request_bytes: bytes) -> None:
+    """Browsers must not sniff a JSON (or error) body into HTML: every answer, whoever writes it."""
+    status, headers, _ = ask(server.port, request_bytes)
+    assert headers.get("x-content-type-options") == "nosniff", status
+
+
 # --- 3. timeouts and the connection cap ---------------------------------------------------------------
 
 
@@ -196,6 +225,7 @@ def test_connections_beyond_the_cap_get_a_json_503(board: str, tmp_path: Path) -
             assert read_response(sock)[0] == 200
         status, headers, body = ask(server.port, RANK)
         assert (status, error_code(body), headers["retry-after"]) == (503, "overloaded", "7")
+        assert headers["x-content-type-options"] == "nosniff"
         held.pop().close()
         deadline = time.monotonic() + 10
         while ask(server.port, RANK)[0] != 200:  # once the server has seen the close
