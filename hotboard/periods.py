@@ -179,7 +179,7 @@ def _cron_period(expr: str, minute_ms: int) -> Period:
     return Period(start.strftime("%Y%m%dT%H%MZ"), _ms(start), _ms(end))
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=128)  # one per (schedule, current period, keep), shared by boards: ~130 KB at keep = 1000
 def _kept(schedule: Schedule, current: Period, keep: int) -> tuple[Period, ...]:
     periods = [current]
     if schedule.cron:  # one croniter walking back: a new one per step costs 4x (0.4 ms a step)

@@ -37,7 +37,7 @@ NAMED_IN_404 = 10
 #: How long ``/periods`` reuses what it read of the closed periods (past their grace). They change only through
 #: a worker catching up on a backlog; the period change that makes one expire starts a new entry anyway.
 CLOSED_ROWS_TTL_S = 30.0
-CLOSED_ROWS_CACHE_SIZE = 1024
+CLOSED_ROWS_CACHE_SIZE = 128  # boards; one entry holds up to ``keep`` rows (~150 KB at 1,000)
 
 
 def wall_clock_ms() -> int:
