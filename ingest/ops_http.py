@@ -6,6 +6,8 @@ daemon thread so a busy event loop never makes a probe time out.
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -18,15 +20,31 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
+log = logging.getLogger(__name__)
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # scrapes every second would flood the log
         pass
+
+    def handle(self) -> None:
+        """A client that idles past the socket timeout or resets mid-request is simply dropped: socketserver
+        would print a ~1 KiB traceback per connection, so one client in a loop could fill the log."""
+        try:
+            super().handle()
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
     """One thread per connection, so one slow or idle client never blocks the probes or a scrape."""
 
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Anything else a connection raises: one line, not socketserver's traceback on stderr."""
+        error = sys.exception()
+        log.warning("ops connection from %s failed: %s: %s", client_address, type(error).__name__, error)
 
 
 def ops_app(registry: CollectorRegistry, ready: Callable[[], bool], alive: Callable[[], bool]) -> WSGIApp:

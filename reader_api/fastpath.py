@@ -20,7 +20,7 @@ from operator import itemgetter
 
 from redis.exceptions import RedisError
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reader_api.errors import JSON, ApiError, api_failure, internal_failure, redis_failure
 from reader_api.metrics import ApiMetrics
@@ -29,7 +29,10 @@ from reader_api.routes import ENDPOINTS
 _ASK = {e.path: e.fast for e in ENDPOINTS if e.fast is not None}
 #: Query parameters each fast route understands; any other key sends the request to the full app.
 QUERY_KEYS = {e.path: frozenset(e.query) for e in ENDPOINTS if e.fast is not None}
-_HEADERS = [(b"content-type", JSON.encode())]
+#: On every response (this middleware adds it to the full app's too): a browser must never sniff a JSON body
+#: that echoes client input into HTML.
+NOSNIFF = (b"x-content-type-options", b"nosniff")
+_HEADERS = [(b"content-type", JSON.encode()), NOSNIFF]
 #: A route template as (template, literal segments' getter, their text, [(index, parameter name)]).
 Shape = tuple[str, Callable[[list[str]], tuple[str, ...]], tuple[str, ...], list[tuple[int, str]]]
 
@@ -77,6 +80,15 @@ def simple_query(raw: bytes, allowed: frozenset[str]) -> dict[str, str] | None:
     return query
 
 
+def _nosniff(send: Send) -> Send:
+    async def send_nosniff(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), NOSNIFF]}
+        await send(message)
+
+    return send_nosniff
+
+
 class FastPath:
     def __init__(self, app: ASGIApp, metrics: ApiMetrics, retry_after_s: int) -> None:
         self.app = app
@@ -96,10 +108,11 @@ class FastPath:
                     self.metrics.observe(found[0], "GET", 200, time.perf_counter() - started)
                     return
                 if answer is not None:
+                    answer.raw_headers.append(NOSNIFF)
                     await answer(scope, receive, send)
                     self.metrics.observe(found[0], "GET", answer.status_code, time.perf_counter() - started)
                     return
-        await self.app(scope, receive, send)
+        await self.app(scope, receive, _nosniff(send) if scope["type"] == "http" else send)
 
     async def _answer(self, scope: Scope, route: str, params: dict[str, str]) -> bytes | Response | None:
         """The body of a 200, an error response, or None: the full app must answer."""

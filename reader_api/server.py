@@ -14,6 +14,9 @@ Why a subclass rather than stock httptools or h11 (measured in README, "Read API
 * uvicorn times out idle keep-alive connections, but never a connection that has not sent a request yet or
   trickles one: a head must be complete within ``head_timeout_s`` (else 408, or a silent close when idle).
 * h11 bounds the first two but answers 400 for both and costs CPU per request in pure Python.
+* uvicorn's connection cap counts connections that never sent a byte, so a flood of them locked every request
+  out: here the cap sheds idle connections first (:mod:`reader_api.shedding`), and the probes are always
+  answered.
 """
 
 from __future__ import annotations
@@ -29,10 +32,14 @@ from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from reader_api.answers import ErrorBody
+from reader_api.fastpath import NOSNIFF
+from reader_api.shedding import Idle, Shedder
 
 #: Bytes handed to the parser at once. Small enough that the requests one slice can hold (at least 18 bytes
 #: each) are a few hundred cycles at most; large enough that a normal request is one slice.
 FEED_SLICE = 4096
+#: Answered whatever the load: a liveness probe refused under a connection flood restarts a healthy pod.
+PROBES = frozenset({"/healthz", "/readyz"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,7 @@ class _Refused(Exception):
 
 
 _REASONS = {
+    400: (b"Bad Request", "bad_request", "invalid HTTP request"),
     408: (b"Request Timeout", "request_timeout", "the request head did not arrive in time"),
     414: (b"URI Too Long", "request_line_too_long", "the request line is too long"),
     431: (b"Request Header Fields Too Large", "headers_too_large", "too many or too large request headers"),
@@ -64,17 +72,21 @@ def refusal(status: int) -> bytes:
     reason, code, message = _REASONS[status]
     error: ErrorBody = {"error": code, "message": message}
     body = orjson.dumps(error)
-    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-    return head % (status, reason, len(body)) + body
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s: %s\r\nconnection: close\r\n"
+    return head % (status, reason, len(body), *NOSNIFF) + b"\r\n" + body
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """Set :attr:`limits` on a subclass (see :func:`protocol_class`); uvicorn builds one per connection."""
 
     limits: ClassVar[Limits]
+    shedder: ClassVar[Shedder[BoundedHttpToolsProtocol]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # uvicorn counts the new connection in ``limit_concurrency``; the cap is decided here, not by uvicorn
+        self._cap = None if self.limit_concurrency is None else self.limit_concurrency - 1
+        self.limit_concurrency = None
         self._pending = memoryview(b"")
         self._in_head = False
         self._head_bytes = 0
@@ -85,12 +97,26 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.shedder.mark(self, Idle.SILENT)
         self._arm_head_timer()
+        while self._over_cap() and self.shedder.shed_one(keep=self):
+            pass
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.shedder.forget(self)
         self._cancel_head_timer()
         self._pending = memoryview(b"")
         super().connection_lost(exc)
+
+    def shed(self) -> None:
+        """Closed to make room under the connection cap (idle: no request in flight)."""
+        self._cancel_head_timer()
+        self._pending = memoryview(b"")
+        self.transport.close()
+
+    def _over_cap(self) -> bool:
+        """More connections open (not counting those shed and closing) than the cap allows."""
+        return self._cap is not None and len(self.connections) - len(self.shedder.shedding) > self._cap
 
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
@@ -121,6 +147,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
+        if self.shedder.tier(self) is not Idle.PARTIAL:
+            self.shedder.mark(self, None)  # silent or resting no more; a new head marks it partial
         self._pending = memoryview(bytes(self._pending) + data if self._pending else data)
         self._feed()
 
@@ -140,8 +168,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 if isinstance(cause, _Refused):
                     self._refuse(cause.status)
                 else:
-                    self._pending = memoryview(b"")
-                    self.send_400_response("Invalid HTTP request received.")
+                    self._refuse(400)
                 return
             if self._in_head and self._head_bytes - len(self.url) > self.limits.max_header_bytes:
                 self._refuse(431)
@@ -149,10 +176,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._pending:
             self.flow.pause_reading()
 
+    def send_400_response(self, msg: str) -> None:
+        self._refuse(400)  # the API's JSON error body and headers, not uvicorn's plain text
+
     def on_response_complete(self) -> None:
         super().on_response_complete()  # resumes reading and starts the next queued request, if any
         if self.transport.is_closing():
             return
+        if not self.pipeline and (self.cycle is None or self.cycle.response_complete):
+            self.shedder.mark(self, Idle.RESTING)  # nothing in flight; pending input parsed next marks it partial
         if not self.pipeline:
             self._arm_head_timer()
         self._feed()
@@ -160,7 +192,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # -- parser callbacks: count, refuse early --------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        idle = self.cycle is None or self.cycle.response_complete  # else it is pipelined behind one in flight
         super().on_message_begin()
+        if idle:
+            self.shedder.mark(self, Idle.PARTIAL)
         self._in_head = True
         self._head_bytes = 0
         self._header_count = 0
@@ -179,24 +214,32 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        self.shedder.mark(self, None)
         self._in_head = False
         self._cancel_head_timer()
         super().on_headers_complete()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        if app is service_unavailable:
+        if app is service_unavailable or (cycle.scope["path"] not in PROBES and not self._admit()):
             app = self._overloaded
         super()._start_asgi_task(cycle, app)
+
+    def _admit(self) -> bool:
+        """Room for a request: under the cap once an idle connection is shed, and requests in flight under it."""
+        while self._over_cap() and self.shedder.shed_one(keep=self):
+            pass
+        return self._cap is None or (not self._over_cap() and len(self.tasks) <= self._cap)
 
     async def _overloaded(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         """uvicorn's ``limit_concurrency`` answer, as the API's JSON 503 with Retry-After."""
         error: ErrorBody = {"error": "overloaded", "message": "too many connections; retry later"}
         body = orjson.dumps(error)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), NOSNIFF,
                    (b"retry-after", str(self.limits.retry_after_s).encode()), (b"connection", b"close")]  # fmt: skip
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def protocol_class(limits: Limits) -> type[BoundedHttpToolsProtocol]:
-    return type("HotboardHttpProtocol", (BoundedHttpToolsProtocol,), {"limits": limits})
+    """One class per server: its connections share the one :class:`Shedder`."""
+    return type("HotboardHttpProtocol", (BoundedHttpToolsProtocol,), {"limits": limits, "shedder": Shedder()})

@@ -18,7 +18,16 @@ from reader_api.answers import BoardList, PeriodList
 from reader_api.cache import PageCache
 from reader_api.errors import ApiError, corrupt, invalid, not_found
 from reader_api.metrics import ApiMetrics
-from reader_api.seasons import Clock, Definitions, NotKept, Target, existing, period_not_found, resolve, wall_clock_ms
+from reader_api.seasons import (
+    Clock,
+    Definitions,
+    KeptPeriods,
+    NotKept,
+    Target,
+    period_not_found,
+    resolve,
+    wall_clock_ms,
+)
 from reader_api.snapshot import Snapshots, meta_int
 
 T = TypeVar("T")
@@ -41,6 +50,7 @@ class Reader:
         self.clock = clock
         self.snapshots = Snapshots(redis)
         self.definitions = Definitions(redis)
+        self.kept_periods = KeptPeriods(redis)
 
     async def target(self, board: str, period: str | None) -> Target:
         """The board (or period board) a request with ``?period=`` reads; 404/422 per :func:`resolve`."""
@@ -109,7 +119,7 @@ class Reader:
         return orjson.dumps(await self._read(target, self.snapshots.board))
 
     async def periods(self, board: str) -> bytes:
-        """The kept periods that exist, newest first (the definition read fresh: two round trips)."""
+        """The kept periods that exist, newest first (the definition read fresh; see :class:`KeptPeriods`)."""
         found = (await board_store.load_declared(self.redis, [board]))[board]
         if isinstance(found, DefinitionError):
             raise ApiError(503, "corrupt_data", str(found))
@@ -119,13 +129,13 @@ class Reader:
             found = DEFAULT
         if not found.seasonal:
             raise invalid("board", f"board {board!r} never resets: it has no periods")
-        kept = found.schedule.kept(self.clock(), found.keep)
+        rows = await self.kept_periods.existing(board, found, self.clock())
         listing: PeriodList = {"board": board, "reset": found.reset, "keep": found.keep, "grace_ms": found.grace_ms,
                                "periods": [{"id": e.period.id, "start_ms": e.period.start_ms,
                                             "end_ms": e.period.end_ms, "size": e.size,
                                             "as_of": meta_int(e.as_of, period_board(board, e.period.id),
                                                               keys.META_AS_OF)}
-                                           for e in await existing(self.redis, board, kept)]}  # fmt: skip
+                                           for e in rows]}  # fmt: skip
         return orjson.dumps(listing)
 
     async def ready(self) -> bool:

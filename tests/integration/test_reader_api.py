@@ -206,6 +206,26 @@ async def test_cache_serves_only_the_current_version(client: httpx.AsyncClient, 
     assert 'hotboard_api_cache_total{result="miss"} 4.0' in metrics
 
 
+async def test_tiny_distinct_pages_do_not_evict_the_popular_page(redis_url: str, redis_client: Redis) -> None:
+    """A client asking ``?limit=1&offset=N`` for every N used to empty the top-page cache for everyone."""
+    await load_board(redis_client, BOARD, {f"p{i}": i for i in range(300)}, version=1)
+    app = create_app(ApiSettings(redis=redis_url, api_cache_size=16))
+    async with asgi_client(app) as client:
+        registry = app.state.reader.metrics.registry
+
+        def hits() -> float:
+            return registry.get_sample_value("hotboard_api_cache_total", {"result": "hit"}) or 0.0
+
+        for _ in range(2):
+            await get_json(client, path(BOARD, "top"))
+        assert hits() == 1
+        for offset in range(200):
+            await get_json(client, path(BOARD, "top"), limit=1, offset=offset)
+        assert hits() == 1
+        await get_json(client, path(BOARD, "top"))
+        assert hits() == 2, "the popular page was evicted by pages asked once"
+
+
 async def test_metrics_use_route_templates(client: httpx.AsyncClient, redis_client: Redis) -> None:
     await load_board(redis_client, BOARD, {"secret-player": 1})
     await get_json(client, path(BOARD, "players", "secret-player"))

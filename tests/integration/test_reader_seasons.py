@@ -207,3 +207,44 @@ async def test_definitions_are_cached_for_a_short_ttl(redis_client: Redis) -> No
     now[0] = 20.0
     with pytest.raises(Exception, match=r"corrupt|spec"):
         await definitions.get("race")
+
+
+async def test_a_leap_day_season_lists_its_periods(client: httpx.AsyncClient, redis_client: Redis) -> None:
+    """Kept periods used to be walked back 500 leap years, to year 0: a 500 on every /periods."""
+    leap = BoardDef(reset="0 0 29 2 *", keep=500, grace_ms=0)
+    await board_store.declare(redis_client, "leap", leap, now_ms=1)
+    await build_period(redis_client, "leap", leap, "20240229T0000Z", {"a": 1})
+    await build_period(redis_client, "leap", leap, "19720229T0000Z", {"b": 1})
+    body = await get_json(client, "/v1/boards/leap/periods")
+    conforms(body, PeriodList)
+    assert [p["id"] for p in body["periods"]] == ["20240229T0000Z", "19720229T0000Z"]
+    assert (await get_json(client, "/v1/boards/leap/top", period="19720229T0000Z"))["period"] == "19720229T0000Z"
+
+
+async def redis_commands(redis: Redis) -> int:
+    """Commands the server has run so far (scripts' inner calls included), not counting these INFO calls."""
+    stats = await redis.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
+async def test_periods_of_a_long_season_cost_a_bounded_number_of_commands(
+    client: httpx.AsyncClient, redis_client: Redis, clock: Clock
+) -> None:
+    """A daily board keeping 1,000 periods cost 3,001 Redis commands per /periods: now the closed periods'
+    rows are reused, and a request reads the definition and the live periods only."""
+    daily = BoardDef(reset="daily", keep=1000, grace_ms=300_000)
+    await board_store.declare(redis_client, "long", daily, now_ms=1)
+    for day in ("2026-12-02", "2026-12-01", "2024-03-07"):
+        await build_period(redis_client, "long", daily, day, {"a": 1})
+    ids = ["2026-12-02", "2026-12-01", "2024-03-07"]
+    before = await redis_commands(redis_client)
+    assert [p["id"] for p in (await get_json(client, "/v1/boards/long/periods"))["periods"]] == ids
+    first = await redis_commands(redis_client) - before
+    assert first <= 3 * 1001 + 2
+    for _ in range(10):
+        before = await redis_commands(redis_client)
+        assert [p["id"] for p in (await get_json(client, "/v1/boards/long/periods"))["periods"]] == ids
+        assert await redis_commands(redis_client) - before <= 5, "a /periods request cost O(keep) commands"
+    await build_period(redis_client, "long", daily, "2026-12-02", {"a": 1, "b": 2})  # the live period moves
+    periods = (await get_json(client, "/v1/boards/long/periods"))["periods"]
+    assert periods[0]["size"] == 2

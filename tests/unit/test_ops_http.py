@@ -59,3 +59,32 @@ def test_idle_connections_neither_block_probes_nor_stay_open() -> None:
             conn.close()
         server.shutdown()
         server.server_close()
+
+
+def test_idle_and_aborted_connections_leave_no_traceback(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Each idle connection timed out in the handler thread and printed a ~1 KiB traceback to stderr: one
+    client opening connections in a loop filled the log. Now they close quietly, and the port still answers."""
+    import socket
+    import struct
+
+    port = free_port()
+    server = serve_ops("127.0.0.1", port, CollectorRegistry(), lambda: True, lambda: True, timeout_s=0.3)
+    try:
+        for _ in range(3):  # aborted: half a head, then a reset instead of a close
+            with socket.create_connection(("127.0.0.1", port)) as aborted:
+                aborted.sendall(b"GET /healthz HTTP/1.1\r\nHost")
+                aborted.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
+        idle[0].sendall(b"GET /healthz HTTP/1.1\r\n")  # a head that never ends
+        for conn in idle:  # the handler has finished with a connection once the server closed it
+            conn.settimeout(5)
+            assert conn.recv(1024) in (b"", b"HTTP/1.0 408 Request Timeout\r\n")
+            conn.close()
+        assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [r for r in caplog.records if r.exc_info or r.levelno >= 40] == []
+    assert capfd.readouterr().err == "", "the ops server wrote to stderr"

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from hotboard.boards import DEFAULT, BoardDef
+from hotboard.periods import Period, Schedule
 from reader_api.errors import ApiError
 from reader_api.seasons import NotKept, Target, resolve
 
@@ -112,3 +113,23 @@ def test_kept_walk_agrees_with_the_kept_list(reset: str, now: int) -> None:
             except NotKept:
                 accepted = False
             assert accepted == (p in kept), (reset, keep, p.id)
+
+
+def test_a_far_past_period_is_resolved_without_walking_the_kept_ones_each_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``?period=`` of the oldest kept period walked back ``keep`` periods on every request (~19 ms)."""
+    definition = BoardDef(reset="daily", keep=1000)
+    now = int(datetime(2026, 12, 2, 12, tzinfo=UTC).timestamp()) * 1000
+    oldest = definition.schedule.kept(now, definition.keep)[-1].id
+    steps = [0]
+    previous = Schedule.previous
+
+    def counted(self: Schedule, period: Period) -> Period:
+        steps[0] += 1
+        return previous(self, period)
+
+    monkeypatch.setattr(Schedule, "previous", counted)
+    for _ in range(3):
+        assert resolve("g", definition, oldest, now).period == definition.schedule.parse_id(oldest)
+    assert steps[0] <= 1, f"{steps[0]} steps back for three requests"

@@ -264,7 +264,7 @@ def test_kept_is_the_current_period_and_the_closed_ones_newest_first() -> None:
 @given(reset=st.sampled_from(RESETS), now=TIMES, keep=st.integers(min_value=0, max_value=10))
 def test_kept_periods_are_contiguous(reset: str, now: int, keep: int) -> None:
     kept = parse_reset(reset).kept(now, keep)
-    assert len(kept) == keep + 1
+    assert len(kept) == keep + 1 or (len(kept) < keep + 1 and kept[-1].start_ms <= 0 < kept[-1].end_ms)
     assert kept[0].start_ms <= now < kept[0].end_ms
     assert all(newer.start_ms == older.end_ms for newer, older in pairwise(kept))
 
@@ -336,3 +336,13 @@ def test_the_local_zone_is_never_used() -> None:
     assert at("daily", 2026, 12, 1, 23, 30) == Period("2026-12-01", ms(2026, 12, 1), ms(2026, 12, 2))
     assert at("0 7 * * 1", 2026, 11, 30, 7).id == "20261130T0700Z"
     assert parse_reset("hourly").parse_id("2026-12-01T07").start_ms == ms(2026, 12, 1, 7)
+
+
+@pytest.mark.parametrize(
+    ("reset", "keep", "last"), [("0 0 29 2 *", 500, "19680229T0000Z"), ("monthly", 1000, "1970-01")]
+)
+def test_kept_periods_stop_at_the_epoch(reset: str, keep: int, last: str) -> None:
+    """No event time is before the epoch: a leap-day season kept 500 times walked back to year 0 (an error)."""
+    kept = parse_reset(reset).kept(ms(2026, 12, 1), keep)
+    assert kept[-1].id == last and kept[-1].start_ms <= 0 < kept[-1].end_ms
+    assert all(newer.start_ms == older.end_ms for newer, older in pairwise(kept))

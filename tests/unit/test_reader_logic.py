@@ -221,3 +221,21 @@ def test_one_route_table_feeds_routing_the_fast_path_and_the_document() -> None:
             assert names == [*e.params, *e.query]
             schema = doc["components"]["schemas"][e.doc.answer.__name__]
             assert set(get_type_hints(e.doc.answer)) == set(schema["properties"])
+
+
+def test_a_flood_of_one_off_pages_does_not_evict_a_popular_one() -> None:
+    """The key holds offset and limit, so any client could empty an LRU with tiny distinct pages: pages asked
+    once only churn among themselves; a page asked again is kept over them."""
+    cache = PageCache(max_entries=10, max_bytes=1 << 20)
+    hot = ("g", 0, 10)
+    cache.put(hot, 1, b"hot")
+    assert cache.get(hot) is not None  # asked a second time: popular
+    for offset in range(1000):  # each asked once, as a flood of ?limit=1&offset=N would
+        assert cache.get(("g", offset, 1)) is None
+        cache.put(("g", offset, 1), 1, b"x")
+    assert cache.get(hot) is not None and cache.size == 10
+    cache.put(hot, 2, b"hot, newer")  # a new version keeps its place
+    for offset in range(1000, 1100):
+        cache.put(("g", offset, 1), 1, b"x")
+    page = cache.get(hot)
+    assert page is not None and page.version == 2
