@@ -415,6 +415,8 @@ class Worker:
             if not await self._advance_checkpoints(window):
                 return True
         except TRANSIENT as exc:
+            if self._resync_if_restarted():  # a new connection met another server (refused: nothing written there)
+                return True
             self._redis_suspect = True
             self.failed_flushes += 1
             self.metrics.windows.labels("failed").inc()
