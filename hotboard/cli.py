@@ -43,6 +43,7 @@ def _worker_parser(sub: Any) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from flusher.server import EvictionPolicyError
     from ingest.kafka_config import KafkaUnavailable
     from ingest.worker import Worker
 
@@ -57,6 +58,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except KafkaUnavailable as exc:
         logging.getLogger("hotboard").error("%s", exc)
         return EXIT_UNAVAILABLE
+    except EvictionPolicyError as exc:
+        print(f"hotboard worker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
 
 

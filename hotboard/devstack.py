@@ -15,6 +15,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
 from types import TracebackType
@@ -106,10 +107,12 @@ class RedisServer(_Process):
 
     name = "redis-server"
 
-    def __init__(self, port: int, data_dir: Path, *, appendonly: bool = True) -> None:
+    def __init__(self, port: int, data_dir: Path, *, appendonly: bool = True, options: Sequence[str] = ()) -> None:
         super().__init__(port, data_dir / "redis.log")
         self.data_dir = data_dir
         self.appendonly = appendonly
+        #: More ``redis-server`` options (``--maxmemory-policy``, ``--rename-command``...), after ours.
+        self.options = list(options)
 
     @property
     def url(self) -> str:
@@ -126,6 +129,9 @@ class RedisServer(_Process):
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "everysec",
             "--daemonize", "no",
+            # keys are never evicted: the worker refuses to run on a Redis that would (flusher/server.py)
+            "--maxmemory-policy", "noeviction",
+            *self.options,
         ]  # fmt: skip
 
     def ready(self) -> bool:

@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import CorruptRecordException, NoOffsetForPartitionError, OffsetOutOfRangeError
+from aiokafka.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 
 from flusher.batch import Sink
 from hotboard.board_store import DefinitionCache
@@ -26,7 +26,7 @@ from hotboard.timing import Backoff, wait_or_stop
 from ingest import seasons
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
-from ingest.lenient_records import lenient_fetches, unreadable_header
+from ingest.lenient_records import UNDECODABLE, lenient_fetches, unreadable_header
 from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason
 from ingest.pending import Pending
@@ -77,9 +77,10 @@ class Intake:
             return False
         except NoOffsetForPartitionError:
             return False  # assigned, not positioned yet: positioning seeks it from its checkpoint
-        except (UnicodeDecodeError, ValueError) as exc:
-            # The client could not parse a record (e.g. a header name that is not UTF-8): find it, dead-letter
-            # what is known of it and move past it. Whatever the failed call had drained is fetched again.
+        except UNDECODABLE as exc:
+            # The client could not parse a record (e.g. a header name that is not UTF-8) or decode a batch (a
+            # codec without its library, damaged compressed bytes): find the partition, dead-letter what can be
+            # known of the record, or halt the partition. Whatever the failed call had drained is fetched again.
             await self._skip_unreadable(exc)
             return True
         if batch:
@@ -197,12 +198,30 @@ class Intake:
                     batch = await self._consumer.getmany(
                         tp, timeout_ms=1000, max_records=self.settings.max_poll_records
                     )
-                except (UnicodeDecodeError, ValueError, CorruptRecordException) as exc:
-                    if (state := self._assignment.ready_state(tp.partition)) is not None:
-                        reason = f"a record batch at offset {state.next_offset} cannot be parsed: {exc!r}"
-                        self._assignment.halt(state, Halt(HaltReason.UNREADABLE, reason[:500]))
+                except UNDECODABLE:
+                    await self._fold_up_to_undecodable(tp)
                     continue
                 await self.fold({tp: batch.get(tp, [])})
+
+    async def _fold_up_to_undecodable(self, tp: TopicPartition) -> None:
+        """A batch of ``tp`` cannot be decoded (no library for its codec, damaged bytes): the client raises as
+        soon as it reaches it and drops what it had read before, so the records before it are fetched and folded
+        one at a time, then the partition halts at that batch, loudly, instead of guessing past it."""
+        if (state := self._assignment.ready_state(tp.partition)) is None:
+            return
+        self._consumer.seek(tp, state.next_offset)
+        while (state := self._assignment.ready_state(tp.partition)) is not None:
+            try:
+                records = (await self._consumer.getmany(tp, timeout_ms=1000, max_records=1)).get(tp, [])
+            except UNDECODABLE as exc:
+                reason = f"the record batch at offset {state.next_offset} cannot be decoded: {exc!r}"
+                self._assignment.halt(state, Halt(HaltReason.UNREADABLE, reason[:500]))
+                return
+            if not records:
+                return  # nothing fetched in time: the next poll meets it again
+            await self.fold({tp: records})
+            if state.next_offset <= records[-1].offset:
+                return  # stopped by Redis, revoked or resynchronised: fetched again later
 
     async def _fold_leniently(self, tp: TopicPartition, records: list[Any]) -> list[Folded]:
         """Runs of readable records go through the usual fold; each unreadable one becomes a dead letter, in

@@ -10,12 +10,32 @@ trip and folds the rest. Outside that walk the fast C parser is used: this one i
 from __future__ import annotations
 
 import contextlib
+import gzip
+import struct
+import zlib
 from collections.abc import Iterator
 from typing import Any, SupportsIndex, overload
 
+import cramjam
 from aiokafka.consumer import fetcher
+from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import _DefaultRecordBatchPy
 from aiokafka.record.memory_records import _MemoryRecordsPy
+
+#: What the client raises, while it builds a fetch's records, for a batch it cannot decode: records that do not
+#: parse (a header name that is not UTF-8, a bad CRC), a codec without its library, compressed bytes that no
+#: codec reads (gzip, and cramjam's snappy, lz4, zstd). Never a network or broker error: those are retried.
+UNDECODABLE: tuple[type[Exception], ...] = (
+    ValueError,
+    CorruptRecordException,
+    UnsupportedCodecError,
+    NotImplementedError,
+    cramjam.DecompressionError,
+    zlib.error,
+    gzip.BadGzipFile,
+    EOFError,
+    struct.error,
+)
 
 
 class _LenientSlice(bytearray):

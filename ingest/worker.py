@@ -37,6 +37,7 @@ from redis.asyncio import Redis
 
 from flusher.batch import NO_WATERMARK, BoardResult, Outcome
 from flusher.redis_sink import RedisSink
+from flusher.server import ServerIdentity, ServerRestarted, require_noeviction
 from hotboard.timing import Backoff, ticker, wait_or_stop
 from ingest import dlq
 from ingest.assignment import Assignment
@@ -90,9 +91,9 @@ class Worker:
         self._stopping = asyncio.Event()
         self._lock = asyncio.Lock()  # one flush / rebalance / positioning step at a time
         self._pending = Pending()
-        #: Redis run_id seen when the partitions were positioned; a different one after an outage means the
-        #: server restarted and may have lost its last second of writes (AOF everysec): resynchronise.
-        self._redis_run_id: str | None = None
+        #: The Redis server the partitions were positioned from, checked on every new connection: another one
+        #: (a restart that may have lost its last second of writes, AOF everysec) means resynchronise.
+        self._identity = ServerIdentity()
         self._redis_suspect = False
         #: Set by the fold when Redis no longer holds the checkpoint it positioned from: resync before flushing.
         self._resync_requested = False
@@ -142,9 +143,12 @@ class Worker:
         try:
             if self._redis is None:
                 self._redis = Redis.from_url(
-                    s.redis, socket_timeout=s.redis_timeout_s, socket_connect_timeout=s.redis_timeout_s
-                )
+                    s.redis, socket_timeout=s.redis_timeout_s, socket_connect_timeout=s.redis_timeout_s,
+                    redis_connect_func=self._identity.on_connect,
+                )  # fmt: skip
                 self._stack.push_async_callback(self._redis.aclose)
+            else:  # an injected client that has not connected yet: its connections are checked too
+                self._redis.connection_pool.connection_kwargs["redis_connect_func"] = self._identity.on_connect
             self._sink = RedisSink(self._redis, s.topic, s.max_script_players)
             self._consumer = AIOKafkaConsumer(**consumer_config(s))
             self._producer = AIOKafkaProducer(**producer_config(s))
@@ -193,6 +197,7 @@ class Worker:
         self._flusher = asyncio.create_task(self._flush_loop(), name="hotboard-flush")
         clean = False
         try:
+            await self._check_redis()
             while not self._stopping.is_set():
                 if self._flusher.done():
                     self._flusher.result()  # raises what killed it
@@ -237,8 +242,26 @@ class Worker:
 
     # ---------------------------------------------------------------- positioning, backpressure, resync
 
+    async def _check_redis(self) -> None:
+        """Before anything is written: Redis must never evict a key (raises EvictionPolicyError, which ends the
+        worker). An unreachable Redis is waited for."""
+        assert self._redis is not None
+        while not self._stopping.is_set():
+            try:
+                await require_noeviction(self._redis)
+            except TRANSIENT as exc:
+                delay = self._backoff.next_delay()
+                log.warning("cannot read Redis's maxmemory-policy yet (%r); retrying in %.1fs", exc, delay)
+                await wait_or_stop(self._stopping, delay)
+            else:
+                self._backoff.reset()
+                return
+
     async def _position(self) -> None:
         """Position every waiting partition from its checkpoint in Redis, then let it fetch."""
+        if self._identity.restarted_as is not None:
+            async with self._lock:
+                self._resync_if_restarted()  # every partition is positioned again, from the new server
         if not self._assignment.waiting():
             return
         async with self._lock:
@@ -251,9 +274,8 @@ class Worker:
                 failure: Exception | None = exc
             else:
                 failure = None
-                if self._redis_run_id is not None and run_id != self._redis_run_id:
-                    self._sink.forget_registry()
-                self._redis_run_id = run_id
+                with contextlib.suppress(ServerRestarted):
+                    self._identity.seen(run_id)  # another server behind a kept connection: at the next call
         if failure is not None:
             delay = self._backoff.next_delay()
             log.warning("cannot position partitions %s yet (%r); retrying in %.1fs", waiting, failure, delay)
@@ -359,7 +381,7 @@ class Worker:
         window = self._pending.sealed[0]
         started = time.monotonic()
         try:
-            if self._redis_suspect and await self._redis_restarted():
+            if await self._redis_restarted():
                 return True
             # 1. every board: compare-and-set its watermarks, apply its deltas; one round trip for all boards
             batches, saturated = window.batches(self.settings.max_script_players)
@@ -393,6 +415,8 @@ class Worker:
             if not await self._advance_checkpoints(window):
                 return True
         except TRANSIENT as exc:
+            if self._resync_if_restarted():  # a new connection met another server (refused: nothing written there)
+                return True
             self._redis_suspect = True
             self.failed_flushes += 1
             self.metrics.windows.labels("failed").inc()
@@ -445,14 +469,21 @@ class Worker:
         return False
 
     async def _redis_restarted(self) -> bool:
-        """After a failed flush: did Redis restart meanwhile? Then what it holds may be older than what we
-        believe it holds, and only a resynchronisation from its checkpoints keeps the totals exact."""
-        run_id = await self._sink.server_id()
-        self._redis_suspect = False
-        if self._redis_run_id is None or run_id == self._redis_run_id:
-            self._redis_run_id = run_id
+        """Did Redis restart since the partitions were positioned (a new connection met another server, or,
+        asked after a failure, Redis says so)? Then what it holds may be older than what we believe it holds,
+        and only a resynchronisation from its checkpoints keeps the totals exact. Caller holds the lock."""
+        if self._identity.restarted_as is None and self._redis_suspect:
+            with contextlib.suppress(ServerRestarted):
+                self._identity.seen(await self._sink.server_id())
+            self._redis_suspect = False
+        return self._resync_if_restarted()
+
+    def _resync_if_restarted(self) -> bool:
+        if self._identity.restarted_as is None:
             return False
-        log.warning("redis restarted (run_id %s -> %s); resynchronising %s", self._redis_run_id, run_id, self.assigned)
+        log.warning("redis restarted (run_id %s -> %s); resynchronising %s", self._identity.known,
+                    self._identity.restarted_as, self.assigned)  # fmt: skip
+        self._identity.accept()
         self._sink.forget_registry()
         self._resync("redis_restart")
         return True

@@ -13,6 +13,9 @@ from aiokafka.record.util import calc_crc32c
 
 from hotboard.devstack import free_port
 
+#: Where a v2 record batch's records (compressed or not) begin, after its 61-byte header.
+_RECORDS_AT = 61
+
 
 class TcpProxy:
     """127.0.0.1:port -> target, on its own event loop thread. ``cut()`` closes every connection and refuses
@@ -117,23 +120,31 @@ async def send_raw(
     records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]],
     *,
     patch: tuple[bytes, bytes] | None = None,
+    compression_type: str | None = None,
+    flip_payload: bool = False,
 ) -> None:
     """Send ``(key, value, headers)`` records as one batch, bypassing the producer's checks (null key and
     value). ``patch`` replaces bytes in the built batch and fixes its CRC: a header name that is not UTF-8,
-    which only other clients (Go, librdkafka) write."""
+    which only other clients (Go, librdkafka) write. ``flip_payload`` inverts a byte in the middle of the
+    (compressed) records and fixes the CRC: a batch the broker accepts and no codec can decode."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=kafka, enable_idempotence=False, max_request_size=8 << 20, max_batch_size=4 << 20
-    )
+        bootstrap_servers=kafka, enable_idempotence=False, max_request_size=8 << 20, max_batch_size=4 << 20,
+        compression_type=compression_type,
+    )  # fmt: skip
     await producer.start()
     try:
         batch: Any = producer.create_batch()
         for key, value, headers in records:
             assert batch.append(key=key, value=value, timestamp=None, headers=headers) is not None
-        if patch is not None:
+        if patch is not None or flip_payload:
             buf = bytearray(batch._build())
-            old, new = patch
-            assert len(old) == len(new) and buf.count(old) == 1
-            buf = buf.replace(old, new)
+            if patch is not None:
+                old, new = patch
+                assert len(old) == len(new) and buf.count(old) == 1
+                buf = buf.replace(old, new)
+            if flip_payload:
+                middle = _RECORDS_AT + (len(buf) - _RECORDS_AT) // 2
+                buf[middle] ^= 0xFF
             buf[17:21] = calc_crc32c(bytes(buf[21:])).to_bytes(4, "big")  # v2 batch: CRC-32C of attributes..end
             batch._buffer = buf
         await (await producer.send_batch(batch, topic, partition=partition))

@@ -57,3 +57,13 @@ def test_locks_pin_every_declared_dependency_with_hashes_and_agree() -> None:
         hashed = re.findall(r"^\S+==\S+ \\\n\s+--hash=sha256:[0-9a-f]{64}", text, flags=re.M)
         assert len(hashed) == len(pinned(lock)), f"{lock}: a pin without a hash"
         assert not re.search(r"^[^#\s].* @ ", text, flags=re.M), f"{lock} names a local path or URL"
+
+
+def test_the_product_reads_every_kafka_compression_codec() -> None:
+    """librdkafka producers compress with snappy, lz4 or zstd: without aiokafka's codec extras (cramjam) the
+    worker cannot read those batches, so the product install carries them."""
+    (aiokafka,) = (r for r in PROJECT["dependencies"] if name(r) == "aiokafka")
+    extras = set(re.findall(r"[a-z0-9]+", aiokafka[aiokafka.index("[") : aiokafka.index("]")]))
+    assert {"snappy", "lz4", "zstd"} <= extras
+    assert "cramjam" in pinned("prod.txt")
+    assert "confluent-kafka" in pinned("dev.txt") and "confluent-kafka" not in pinned("prod.txt")
