@@ -40,6 +40,9 @@ POISON: list[tuple[bytes, str]] = [
     (b'{"player": "p-1", "delta": 1, "op": "max"}', "unsupported_op"),
     (b'{"player": "p-1", "op": "set", "score": -9007199254740992}', "out_of_range"),
     (b'{"player": "p-1", "delta": 1, "meta": [1]}', "bad_type"),
+    # 253 levels in 512 bytes: orjson encodes it alone, but no API answer holding it
+    (b'{"player": "p-1", "delta": 1, "meta": {"a": ' + b"[" * 252 + b"]" * 252 + b"}}", "too_large"),
+    (b'{"player": "p-2", "op": "set", "score": 3, "meta": ' + b'{"b":' * 33 + b"1" + b"}" * 34, "too_large"),
     (b'{"player": "p-1", "score": 5}', "missing_field"),  # the board's operator (incr) needs delta: found at fold time
     (b'{"player": "\xff\xfe", "delta": 1}', "bad_utf8"),
     (b'{"player": "p-1", "delta": 1, "pad": "' + b"x" * (64 * 1024) + b'"}', "too_large"),
