@@ -253,8 +253,8 @@ def acl_port(redis_server: RedisServer) -> Iterator[int]:
     both with :data:`PASSWORD`."""
     admin = redis.Redis(port=redis_server.port)
     try:
-        admin.execute_command("ACL", "SETUSER", "hb", "on", f">{PASSWORD}", "~*", "+@all")
-        admin.execute_command("ACL", "SETUSER", "noperm", "on", f">{PASSWORD}", "~*", "-@all", "+client")
+        admin.acl_setuser("hb", enabled=True, passwords=[f"+{PASSWORD}"], keys=["*"], commands=["+@all"])
+        admin.acl_setuser("noperm", enabled=True, passwords=[f"+{PASSWORD}"], keys=["*"], commands=["-@all", "+client"])
         yield redis_server.port
     finally:
         admin.close()
