@@ -49,5 +49,5 @@ def uvicorn_options(settings: ApiSettings) -> dict[str, Any]:
 
 def cmd_api(args: argparse.Namespace) -> int:
     settings = settings_from(ApiSettings, args)
-    uvicorn.run(create_app(settings), **uvicorn_options(settings))
+    uvicorn.run(create_app(settings, serve_metrics=True), **uvicorn_options(settings))
     return 0

@@ -110,9 +110,9 @@ def test_unreachable_kafka_exits_nonzero_with_a_clear_message(tmp_path: Path) ->
 
 def test_demo_fills_boards_and_ctrl_c_stops_everything() -> None:
     ports = {name: free_port() for name in ("kafka", "redis", "api", "metrics")}
-    metrics2 = ports["metrics"] + 1
-    if port_open(metrics2):
-        pytest.skip("metrics+1 port busy")
+    extra = {"metrics2": ports["metrics"] + 1, "api-metrics": ports["metrics"] + 2}
+    if any(map(port_open, extra.values())):
+        pytest.skip("metrics+1 or +2 port busy")
     proc = subprocess.Popen(
         [sys.executable, "-m", "hotboard.cli", "demo", "--kafka-port", str(ports["kafka"]),
          "--redis-port", str(ports["redis"]), "--api-port", str(ports["api"]),
@@ -139,7 +139,7 @@ def test_demo_fills_boards_and_ctrl_c_stops_everything() -> None:
         assert proc.returncode == 0, out.decode()[-3000:]
         text = out.decode()
         assert "hotboard demo running" in text and "demo stopped." in text
-        still = [name for name, port in {**ports, "metrics2": metrics2}.items() if port_open(port)]
+        still = [name for name, port in {**ports, **extra}.items() if port_open(port)]
         assert not still, f"still listening after Ctrl-C: {still}"
     finally:
         if proc.poll() is None:
