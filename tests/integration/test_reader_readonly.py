@@ -17,7 +17,7 @@ from redis.exceptions import NoPermissionError
 
 from hotboard import keys
 from hotboard.boards import BoardDef
-from hotboard.devstack import LOOPBACK, RedisServer
+from hotboard.devstack import LOOPBACK, RedisServer, free_port
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
 from tests.integration.conftest import Spawn
@@ -100,3 +100,50 @@ def test_the_api_works_in_full_on_a_read_only_user(
             assert httpx.get(server.url + path, timeout=5).status_code == 200, path
     denied = admin.execute_command("ACL", "LOG")  # type: ignore[no-untyped-call]
     assert denied == [], denied  # no command of the API was refused, not even one it could do without
+
+
+COMPOSE_SECRETS = Path(__file__).resolve().parents[2] / "deploy" / "compose" / "secrets"
+
+
+class _AclRedis(RedisServer):
+    """redis-server reading its users from the compose stack's ACL file, as the compose ``redis`` service does."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--aclfile", str(COMPOSE_SECRETS / "redis-users.acl")]
+
+
+def _compose_url(name: str, port: int) -> str:
+    return (COMPOSE_SECRETS / name).read_text().strip().replace("@redis:6379/", f"@{LOOPBACK}:{port}/")
+
+
+def test_the_compose_redis_users_are_the_ones_tested_here(tmp_path: Path) -> None:
+    """The compose stack's users, loaded by a real redis-server from its ACL file: the worker's and the API's
+    rules are the ones the test above runs a worker and the API on, each URL secret logs in as its user, and the
+    unauthenticated default user may PING (the healthcheck) and nothing else."""
+    users = {
+        line.split()[1]: line.split()[2:] for line in (COMPOSE_SECRETS / "redis-users.acl").read_text().splitlines()
+    }
+    no_password = {name: [r for r in rules if not r.startswith(">")] for name, rules in users.items()}
+    assert no_password["hotboard-worker"] == [r for r in WRITER if not r.startswith(">")]
+    assert no_password["hotboard-api"] == [r for r in READER if not r.startswith(">")]
+    server = _AclRedis(free_port(), tmp_path)
+    server.start()
+    try:
+        writer = redis.Redis.from_url(_compose_url("redis-worker-url", server.port))
+        reader = redis.Redis.from_url(_compose_url("redis-api-url", server.port))
+        anonymous = redis.Redis(port=server.port)
+        assert writer.acl_whoami() == "hotboard-worker"  # (the reader may not even ask who it is)
+        writer.zadd(keys.board_key("g"), {"a": 1})
+        with pytest.raises(NoPermissionError):
+            writer.set("not-ours", 1)  # only hb:* keys
+        assert reader.zscore(keys.board_key("g"), "a") == 1
+        assert reader.eval("return redis.call('ZCARD', KEYS[1])", 1, keys.board_key("g")) == 1
+        with pytest.raises(NoPermissionError):
+            reader.zadd(keys.board_key("g"), {"b": 2})
+        assert anonymous.ping() is True
+        with pytest.raises(NoPermissionError):
+            anonymous.zscore(keys.board_key("g"), "a")
+        for client in (writer, reader, anonymous):
+            client.close()
+    finally:
+        server.stop()
