@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import get_type_hints
 
 import pytest
 
+import reader_api
+from hotboard import lua
 from reader_api import snapshot
 from reader_api.cache import PageCache
 from reader_api.errors import ApiError
@@ -221,3 +225,12 @@ def test_one_route_table_feeds_routing_the_fast_path_and_the_document() -> None:
             assert names == [*e.params, *e.query]
             schema = doc["components"]["schemas"][e.doc.answer.__name__]
             assert set(get_type_hints(e.doc.answer)) == set(schema["properties"])
+
+
+def test_every_script_the_api_runs_is_flagged_no_writes() -> None:
+    """Redis itself refuses a write from a script flagged ``no-writes``, whatever the user may do: the API's
+    "never writes" holds on an unrestricted Redis user too, not only on the read-only ACL user of the deploys."""
+    modules = [importlib.import_module(f"reader_api.{m.name}") for m in pkgutil.iter_modules(reader_api.__path__)]
+    scripts = [v for module in modules for v in vars(module).values() if isinstance(v, lua.Script)]
+    assert len(scripts) >= 5
+    assert all(s.text.startswith("#!lua flags=no-writes\n") for s in scripts), [s.text[:30] for s in scripts]
