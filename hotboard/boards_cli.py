@@ -26,7 +26,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from hotboard import board_store, keys
 from hotboard import boards as b
 from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
-from hotboard.safe_text import escape, has_secret, redact
+from hotboard.safe_text import escape, has_secret, redact, redact_url
 from hotboard.settings_cli import add_options, settings_from
 
 EXIT_NOT_FOUND = 1
@@ -79,6 +79,7 @@ def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespac
     """One client per command, always closed; Redis failures become one line and exit 3, not a traceback.
     Every line it prints goes through :func:`_err`, which masks the password of any URL in it."""
     url = str(settings_from(settings, args).model_dump()["redis"])
+    shown = redact_url(url)  # the only spelling of the URL any message holds
     where = f"hotboard boards {args.boards_command}"
 
     async def main() -> int:
@@ -86,7 +87,7 @@ def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespac
             client = Redis.from_url(url, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5)
         except ValueError as exc:  # redis-py's answer to a malformed URL; it may quote a piece of the password
             why = "percent-encode / ? # @ : % in the password" if has_secret(url) else str(exc)
-            raise Refused(f"invalid --redis {url!r}: {why}") from exc
+            raise Refused(f"invalid --redis {shown!r}: {why}") from exc
         try:
             return await command(client, args)
         finally:
@@ -98,7 +99,7 @@ def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespac
         _err(f"{where}: {exc}")
         return exc.code if isinstance(exc, Refused) else EXIT_CONFIG
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        _err(f"{where}: Redis unreachable at {url}: {exc}")
+        _err(f"{where}: Redis unreachable at {shown}: {exc}")
         return EXIT_UNAVAILABLE
     except RedisError as exc:
         _err(f"{where}: Redis error: {exc}")

@@ -15,22 +15,34 @@ MASK = "***"
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>\S*)@")
 #: A query parameter whose name says it holds a secret (redis-py accepts ``?password=``).
 _SECRET_PARAM = re.compile(r"(?P<name>[?&;][^=&;#\s]*(?:pass|secret|token)[^=&;#\s]*=)[^&;#\s]*", re.IGNORECASE)
+#: The same in one URL read whole: its value runs to the next parameter, whitespace included.
+_WHOLE_SECRET_PARAM = re.compile(_SECRET_PARAM.pattern.removesuffix(r"[^&;#\s]*") + "[^&;#]*", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
     """``text`` with the password of every URL in it masked; the user name stays (it says who connected)."""
+    masked = _USERINFO.sub(lambda m: _masked(m["scheme"], m["userinfo"]), text)
+    return _SECRET_PARAM.sub(lambda m: m["name"] + MASK, masked)
 
-    def userinfo(match: re.Match[str]) -> str:
-        user, colon, _ = match["userinfo"].partition(":")
-        # no colon: the whole userinfo may be a token (``rediss://TOKEN@host``), so it is masked too
-        return f"{match['scheme']}{user}:{MASK}@" if colon else f"{match['scheme']}{MASK}@"
 
-    return _SECRET_PARAM.sub(lambda m: m["name"] + MASK, _USERINFO.sub(userinfo, text))
+def redact_url(url: str) -> str:
+    """One URL given whole (a ``--redis`` value): everything between ``://`` and its last ``@`` is userinfo,
+    even a password with unencoded whitespace, which :func:`redact` on free text takes for the URL's end."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    whole = f"{_masked(scheme + sep, userinfo)}{host}" if sep and at else url
+    return redact(_WHOLE_SECRET_PARAM.sub(lambda m: m["name"] + MASK, whole))
+
+
+def _masked(scheme: str, userinfo: str) -> str:
+    user, colon, _ = userinfo.partition(":")
+    # no colon: the whole userinfo may be a token (``rediss://TOKEN@host``), so it is masked too
+    return f"{scheme}{user}:{MASK}@" if colon else f"{scheme}{MASK}@"
 
 
 def has_secret(url: str) -> bool:
-    """Whether ``url`` holds something :func:`redact` masks."""
-    return redact(url) != url
+    """Whether ``url`` holds something :func:`redact_url` masks."""
+    return redact_url(url) != url
 
 
 def escape(text: str) -> str:

@@ -274,6 +274,11 @@ def test_no_error_path_prints_the_redis_password(argv: list[str], acl_port: int,
         (_url(acl_port, user="noperm"), 3),  # logged in, every command refused (NOPERM)
         (f"redis://127.0.0.1:{free_port()}/0?password={quote(PASSWORD, safe='')}", 3),
     ]
+    # whitespace left unencoded in the password: free text would end the URL there
+    spaced = "Vb7nM2kL9 Qw3rTy8uI1 Zx5cF4gH6"
+    for url in (f"redis://hb:{spaced}@127.0.0.1:{acl_port}/0", f"redis://hb:{spaced}@127.0.0.1:{free_port()}/0"):
+        got, out, err = run(capsys, "boards", *argv, "--redis", url)
+        assert got in (2, 3) and not [f for f in spaced.split() if f in out + err], (url, err)
     for url, code in cases:
         got, out, err = run(capsys, "boards", *argv, "--redis", url)
         assert got == code and out == "", (url, got, out, err)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hotboard.safe_text import escape, has_secret, redact
+from hotboard.safe_text import escape, has_secret, redact, redact_url
 
 
 @pytest.mark.parametrize(
@@ -27,6 +27,8 @@ from hotboard.safe_text import escape, has_secret, redact
 )  # fmt: skip
 def test_redact_masks_every_password(text: str, expected: str) -> None:
     assert redact(text) == expected
+    if " " not in text:  # one URL: the same, read whole
+        assert redact_url(text) == expected
     assert redact(expected) == expected  # idempotent: a message redacted twice reads the same
     assert has_secret(text) is (text != expected)
 
@@ -50,3 +52,17 @@ def test_escape_leaves_no_control_character(text: str, expected: str) -> None:
     shown = escape(text)
     assert shown == expected
     assert shown.isprintable()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://u:pa ss w@host:1/0", "redis://u:***@host:1/0"),  # unencoded whitespace: free text ends at it
+        ("redis://:\tx y@host/0?password=z z", "redis://:***@host/0?password=***"),
+        ("redis://host:1/0", "redis://host:1/0"),
+        ("not a url @ all", "not a url @ all"),
+    ],
+)
+def test_redact_url_reads_one_url_whole(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
+    assert has_secret(url) is (url != expected)
