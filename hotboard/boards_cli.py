@@ -23,10 +23,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hotboard import board_store, keys
+from hotboard import board_store, keys, redis_url
 from hotboard import boards as b
 from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
-from hotboard.safe_text import escape, has_secret, redact, redact_url
+from hotboard.safe_text import escape, redact, redact_url
 from hotboard.settings_cli import add_options, settings_from
 
 EXIT_NOT_FOUND = 1
@@ -83,11 +83,12 @@ def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespac
     where = f"hotboard boards {args.boards_command}"
 
     async def main() -> int:
-        try:  # one quick retry: a person is waiting, the worker's patient reconnect policy is not wanted here
-            client = Redis.from_url(url, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5)
-        except ValueError as exc:  # redis-py's answer to a malformed URL; it may quote a piece of the password
-            why = "percent-encode / ? # @ : % in the password" if has_secret(url) else str(exc)
-            raise Refused(f"invalid --redis {shown!r}: {why}") from exc
+        try:
+            redis_url.check(url)
+        except redis_url.BadRedisUrl as exc:
+            raise Refused(str(exc)) from None
+        # one quick retry: a person is waiting, the worker's patient reconnect policy is not wanted here
+        client = Redis.from_url(url, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5)
         try:
             return await command(client, args)
         finally:

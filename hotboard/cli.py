@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hotboard import __version__, boards_cli
+from hotboard import __version__, boards_cli, redis_url
 from hotboard.devstack import DevStack, StackError, require_free
 from hotboard.process import LOOPBACK, Child, port_open, stop_all, url_answers
 from hotboard.settings import LogSettings
@@ -47,6 +47,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ingest.worker import Worker
 
     settings = settings_from(WorkerSettings, args)
+    redis_url.check(settings.redis)
 
     async def main() -> None:
         async with Worker(settings) as worker:
@@ -229,6 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     except ValidationError as exc:
         print(f"hotboard {args.command}: invalid settings:\n{exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except redis_url.BadRedisUrl as exc:  # before any client: one line, the password masked
+        print(f"hotboard {args.command}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
 
