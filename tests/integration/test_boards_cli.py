@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -14,7 +15,7 @@ import redis
 from hotboard import keys
 from hotboard.cli import main
 from hotboard.devstack import RedisServer
-from hotboard.process import free_port
+from hotboard.process import LOOPBACK, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -288,6 +289,15 @@ def test_no_error_path_prints_the_redis_password(argv: list[str], acl_port: int,
             assert "Redis error" in err and "no permissions" in err
         elif code == 3:
             assert "***@127.0.0.1" in err or "password=***" in err
+
+
+def test_a_redis_that_never_answers_times_out_without_printing_the_password(capsys: Capture) -> None:
+    """The timeout branch: connected (the kernel accepts into the backlog), then no reply within 5 s, twice."""
+    with socket.create_server((LOOPBACK, 0)) as silent:
+        url = _url(silent.getsockname()[1])
+        got, out, err = run(capsys, "boards", "list", "--redis", url)
+    assert got == 3 and out == "" and "hb:***@127.0.0.1" in err and len(err.splitlines()) == 1
+    _assert_no_password(out, err)
 
 
 def test_refusals_and_successes_do_not_print_the_password_either(
