@@ -285,7 +285,7 @@ class Flusher(threading.Thread):
 def start_api(redis_url: str, log: Path, cache_size: int, http: str = "bounded") -> tuple[ApiProcess, int]:
     port = free_port()
     command = [sys.executable, "-m", "hotboard.cli", "--log-level", "WARNING", "api", "--redis", redis_url,
-               "--port", str(port), "--cache-size", str(cache_size)]  # fmt: skip
+               "--port", str(port), "--cache-size", str(cache_size), "--api-metrics-port", "0"]  # fmt: skip
     env = {**os.environ, "HOTBOARD_API_LOG_LEVEL": "warning", "HOTBOARD_API_HTTP": http}
     child = Child("hotboard api", command, log_path=log, env=env, ready=partial(port_open, port)).start(30)
     assert child.proc is not None

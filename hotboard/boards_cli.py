@@ -23,9 +23,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hotboard import board_store, keys
+from hotboard import board_store, keys, redis_url
 from hotboard import boards as b
 from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
+from hotboard.safe_text import escape, redact, redact_url
 from hotboard.settings_cli import add_options, settings_from
 
 EXIT_NOT_FOUND = 1
@@ -75,15 +76,19 @@ def add_parser(sub: Any, settings: type[BaseSettings]) -> None:
 
 
 def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespace) -> int:
-    """One client per command, always closed; Redis failures become one line and exit 3, not a traceback."""
+    """One client per command, always closed; Redis failures become one line and exit 3, not a traceback.
+    Every line it prints goes through :func:`_err`, which masks the password of any URL in it."""
     url = str(settings_from(settings, args).model_dump()["redis"])
+    shown = redact_url(url)  # the only spelling of the URL any message holds
     where = f"hotboard boards {args.boards_command}"
 
     async def main() -> int:
-        try:  # one quick retry: a person is waiting, the worker's patient reconnect policy is not wanted here
-            client = Redis.from_url(url, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5)
-        except ValueError as exc:  # redis-py's answer to a malformed URL
-            raise Refused(f"invalid --redis {url!r}: {exc}") from exc
+        try:
+            redis_url.check(url)
+        except redis_url.BadRedisUrl as exc:
+            raise Refused(str(exc)) from None
+        # one quick retry: a person is waiting, the worker's patient reconnect policy is not wanted here
+        client = Redis.from_url(url, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5)
         try:
             return await command(client, args)
         finally:
@@ -95,7 +100,7 @@ def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespac
         _err(f"{where}: {exc}")
         return exc.code if isinstance(exc, Refused) else EXIT_CONFIG
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        _err(f"{where}: Redis unreachable at {url}: {exc}")
+        _err(f"{where}: Redis unreachable at {shown}: {exc}")
         return EXIT_UNAVAILABLE
     except RedisError as exc:
         _err(f"{where}: Redis error: {exc}")
@@ -126,7 +131,7 @@ async def _list(redis: Redis, args: argparse.Namespace) -> int:
             if args.json:
                 rows.append({"board": name, **_definition(definition)})
             else:
-                _out(f"{name}\t{definition.spec}")  # a seasonal spec ends |reset|keep|grace_ms
+                _out(f"{escape(name)}\t{definition.spec}")  # a seasonal spec ends |reset|keep|grace_ms
         if after is None:
             break
     if args.json:
@@ -158,7 +163,7 @@ async def _show(redis: Redis, args: argparse.Namespace) -> int:
     else:
         width = max(map(len, info))
         for name, value in info.items():
-            _out(f"{name.ljust(width)}  {_shown(value)}")
+            _out(f"{name.ljust(width)}  {escape(_shown(value))}")
     return 0
 
 
@@ -187,4 +192,5 @@ def _out(line: str) -> None:
 
 
 def _err(line: str) -> None:
-    sys.stderr.write(line + "\n")
+    """Errors quote what they were given and what Redis holds: no password, no control character, one line."""
+    sys.stderr.write(escape(redact(line)) + "\n")

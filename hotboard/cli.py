@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hotboard import __version__, boards_cli
+from hotboard import __version__, boards_cli, redis_url
 from hotboard.devstack import DevStack, StackError, require_free
 from hotboard.process import LOOPBACK, Child, port_open, stop_all, url_answers
 from hotboard.settings import LogSettings
@@ -48,6 +48,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ingest.worker import Worker
 
     settings = settings_from(WorkerSettings, args)
+    redis_url.check(settings.redis)
 
     async def main() -> None:
         async with Worker(settings) as worker:
@@ -134,7 +135,8 @@ def _demo_parser(sub: Any) -> None:
     p.add_argument("--redis-port", type=int, default=16379)
     p.add_argument("--api-port", type=int, default=8000)
     metrics_port = WorkerSettings.model_fields["metrics_port"].default
-    p.add_argument("--metrics-port", type=int, default=metrics_port, help="first worker's; the second gets +1")
+    p.add_argument("--metrics-port", type=int, default=metrics_port,
+                   help="first worker's; the second gets +1, the API's /metrics +2")  # fmt: skip
     p.add_argument("--rate", type=float, default=2000.0)
     p.add_argument("--players", type=int, default=10_000)
     p.add_argument("--boards", type=int, default=3)
@@ -143,7 +145,8 @@ def _demo_parser(sub: Any) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     for port, what in ((args.api_port, "the API (--api-port)"), (args.metrics_port, "metrics (--metrics-port)"),
-                       (args.metrics_port + 1, "metrics (--metrics-port)")):  # fmt: skip
+                       (args.metrics_port + 1, "metrics (--metrics-port)"),
+                       (args.metrics_port + 2, "metrics (--metrics-port)")):  # fmt: skip
         require_free(port, what)
     children: list[Child] = []
     with DevStack(kafka_port=args.kafka_port, redis_port=args.redis_port, partitions=8) as stack:
@@ -162,7 +165,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             has_api = _api_available()
             if has_api:
                 api_url = f"http://{LOOPBACK}:{args.api_port}/healthz"
-                start("the API", ["api", "--port", str(args.api_port)], partial(url_answers, api_url))
+                api = ["api", "--port", str(args.api_port), "--api-metrics-port", str(args.metrics_port + 2)]
+                start("the API", api, partial(url_answers, api_url))
             count = int(args.rate * args.duration_s) if args.duration_s else 10**9
             start("the producer", ["produce", "--rate", str(args.rate), "--count", str(count), "--players",
                                    str(args.players), "--boards", str(args.boards)])  # fmt: skip
@@ -230,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     except ValidationError as exc:
         print(f"hotboard {args.command}: invalid settings:\n{exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except redis_url.BadRedisUrl as exc:  # before any client: one line, the password masked
+        print(f"hotboard {args.command}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
 

@@ -20,6 +20,9 @@ MAX_VALUE_BYTES = 64 * 1024
 MAX_ABS_DELTA = MAX_EXACT
 #: Largest ``meta`` object, encoded (compact JSON).
 MAX_META_BYTES = 512
+#: Deepest ``meta`` (the object itself is level 1). orjson encodes at most 254 levels and every API answer wraps
+#: meta in levels of its own, so a meta near that limit would make each page holding its player unencodable.
+MAX_META_DEPTH = 32
 OP_INCR = "incr"
 #: operator -> the field carrying its amount.
 AMOUNT_FIELD = {"incr": "delta", "decr": "delta", "set": "score", "best": "score"}
@@ -217,10 +220,33 @@ def _meta(meta: object) -> bytes | None:
         return None
     if type(meta) is not dict:
         raise InvalidEvent(Reason.BAD_TYPE, f"meta must be a JSON object, got {type(meta).__name__}")
-    encoded = orjson.dumps(meta)
+    try:
+        encoded = orjson.dumps(meta)
+    except orjson.JSONEncodeError:  # orjson's own limit: past 254 levels
+        raise _too_deep() from None
     if len(encoded) > MAX_META_BYTES:
         raise InvalidEvent(Reason.TOO_LARGE, f"meta is {len(encoded)} bytes encoded, limit {MAX_META_BYTES}")
+    if _deeper_than(meta, MAX_META_DEPTH):  # after the size check: the walk covers at most 512 bytes of JSON
+        raise _too_deep()
     return encoded
+
+
+def _too_deep() -> InvalidEvent:
+    limit = MAX_META_DEPTH
+    return InvalidEvent(Reason.TOO_LARGE, f"meta is nested more than {limit} levels deep, limit {limit}")
+
+
+def _deeper_than(value: dict[str, object], limit: int) -> bool:
+    """Whether a decoded JSON object nests objects/arrays more than ``limit`` levels (``value`` is level 1);
+    iterative, so no depth can overflow the interpreter's stack."""
+    stack: list[tuple[dict[str, object] | list[object], int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if type(node) is dict else node
+        stack.extend((child, depth + 1) for child in children if type(child) is dict or type(child) is list)
+    return False
 
 
 def resolve(operator: str, delta: int | None, score: int | None) -> int:

@@ -389,6 +389,11 @@ return {{exists, total, meta[1], meta[2], redis.call('EXISTS', KEYS[3]), redis.c
 """
 
 
+#: The first line of every script that only reads (the read API's): Redis then refuses any write it attempts,
+#: whatever the user's ACL allows (Redis 7 script flags).
+NO_WRITES = "#!lua flags=no-writes\n"
+
+
 def digest(script: str) -> str:
     """The SHA1 Redis files a script under: EVALSHA with it, and SCRIPT LOAD only on NOSCRIPT."""
     return sha1(script.encode()).hexdigest()

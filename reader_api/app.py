@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from reader_api import errors
+from reader_api import errors, ops_port
 from reader_api.cache import PageCache
 from reader_api.fastpath import FastPath
 from reader_api.metrics import ApiMetrics, MetricsMiddleware
@@ -57,9 +57,13 @@ def connect(settings: ApiSettings) -> Redis:
     return Redis.from_pool(pool)
 
 
-def create_app(settings: ApiSettings, redis: Redis | None = None, clock: Clock = wall_clock_ms) -> Starlette:
+def create_app(
+    settings: ApiSettings, redis: Redis | None = None, clock: Clock = wall_clock_ms, *, serve_metrics: bool = False
+) -> Starlette:
     """``redis``: use this client (the caller owns and closes it) instead of connecting to ``settings.redis``;
-    ``clock``: ms since the epoch, which decides the current period of a board that resets (tests pin it)."""
+    ``clock``: ms since the epoch, which decides the current period of a board that resets (tests pin it);
+    ``serve_metrics``: open ``settings.api_metrics_port`` for the app's lifetime (the ``hotboard api`` process
+    does; apps built in-process read ``app.state.metrics`` instead of taking a port)."""
     metrics = ApiMetrics()
 
     @asynccontextmanager
@@ -67,12 +71,18 @@ def create_app(settings: ApiSettings, redis: Redis | None = None, clock: Clock =
         outermost: object = app.user_middleware[0].cls
         if outermost is not FastPath:  # app.add_middleware() would insert in front of it
             raise RuntimeError("FastPath must stay the outermost middleware (see create_app)")
+        scrape = None  # first: a taken port fails the start before anything needs closing
+        if serve_metrics and settings.api_metrics_port:  # Prometheus's port, never the clients' one
+            host, port, timeout_s = settings.api_metrics_host, settings.api_metrics_port, settings.api_head_timeout_s
+            scrape = await ops_port.serve(host, port, metrics.registry, timeout_s)
         client = redis if redis is not None else connect(settings)
         cache = PageCache(settings.api_cache_size, settings.api_cache_max_bytes)
         app.state.reader = Reader(client, cache, metrics, clock)
         try:
             yield
         finally:
+            if scrape is not None:
+                scrape.close()
             if redis is None:
                 await client.aclose()
 
@@ -92,6 +102,7 @@ def create_app(settings: ApiSettings, redis: Redis | None = None, clock: Clock =
     )
     # No trailing-slash redirects: Starlette builds them from the Host header, which a client controls.
     app.router.redirect_slashes = False
+    app.state.metrics = metrics
     app.state.openapi = orjson.dumps(
         document("hotboard read API", "1.0.0", DESCRIPTION, settings.api_max_request_line_bytes)
     )

@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -127,12 +126,8 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     if not await _reader(request).ready():
-        raise RedisError("PING was not answered with PONG")  # the 503 handler adds the configured Retry-After
+        raise RedisError("Redis did not answer a read")  # the 503 handler adds the configured Retry-After
     return _json(_READY)
-
-
-async def metrics(request: Request) -> Response:
-    return Response(generate_latest(_reader(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 async def openapi(request: Request) -> Response:
@@ -167,7 +162,6 @@ ENDPOINTS = (
     Endpoint("/healthz", healthz, Doc("healthz", "The process is alive", a.Health, "Alive", "operations", ())),
     Endpoint("/readyz", readyz, Doc("readyz", "Redis answers", a.Health, "Ready", "operations",
                                     ((503, "Redis unreachable"),))),
-    Endpoint("/metrics", metrics),
     Endpoint("/openapi.json", openapi),
     Endpoint("/docs", docs.page),
     Endpoint("/docs/{asset}", docs.asset),

@@ -14,6 +14,10 @@ class ApiSettings(BaseSettings):
     redis: str = Field("redis://127.0.0.1:6379/0", description="Redis URL")
     api_host: str = Field("127.0.0.1", description="Interface the API binds to")
     api_port: int = Field(8000, ge=0, le=65535, description="TCP port of the API")
+    api_metrics_port: int = Field(
+        9102, ge=0, le=65535, description="Port of the API's Prometheus /metrics, never the client port; 0 turns it off"
+    )
+    api_metrics_host: str = Field("127.0.0.1", description="Interface the API's /metrics port binds to")
     api_cache_size: int = Field(
         1024, ge=0, description="Top pages kept in the process (LRU, keyed by board version); 0 turns the cache off"
     )

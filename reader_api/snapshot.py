@@ -200,7 +200,7 @@ def board_info(board: str, reply: Sequence[Any]) -> BoardInfo:
 
 
 _READS = (lua.TOP, lua.PLAYER, lua.AROUND, lua.PLAYERS, lua.BOARD)
-_TOP, _PLAYER, _AROUND, _PLAYERS, _BOARD = (lua.Script(t) for t in _READS)
+_TOP, _PLAYER, _AROUND, _PLAYERS, _BOARD = (lua.Script(lua.NO_WRITES + t) for t in _READS)
 
 
 class Snapshots:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import jsonschema_rs
+from prometheus_client import generate_latest
 from starlette.applications import Starlette
 
 from hotboard.process import LOOPBACK, Child, free_port, url_answers
@@ -65,11 +66,21 @@ async def asgi_client(app: Starlette, raise_app_exceptions: bool = True) -> Asyn
             yield client
 
 
+def metrics_text(client: httpx.AsyncClient) -> str:
+    """What Prometheus would scrape from the app behind an :func:`asgi_client` (an in-process app opens no ops
+    port: its registry is read directly)."""
+    transport = client._transport  # the ASGITransport asgi_client built
+    assert isinstance(transport, httpx.ASGITransport) and isinstance(transport.app, Starlette)
+    return generate_latest(transport.app.state.metrics.registry).decode()
+
+
 @dataclass(frozen=True)
 class ApiServer:
     url: str
     port: int
     pid: int
+    #: The ops port (``GET /metrics``), never the client port.
+    metrics_port: int
 
 
 @contextlib.contextmanager
@@ -77,15 +88,16 @@ def api_server(
     redis_url: str, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None, timeout_s: float = 20.0
 ) -> Iterator[ApiServer]:
     """``hotboard api`` as a child process on a free loopback port, ``env`` added to its environment."""
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     child_env = {**os.environ, "HOTBOARD_REDIS": redis_url, **(env or {})}
-    command = [sys.executable, "-m", "hotboard.cli", "api", "--host", LOOPBACK, "--port", str(port), *extra]
+    command = [sys.executable, "-m", "hotboard.cli", "api", "--host", LOOPBACK, "--port", str(port),
+               "--api-metrics-port", str(metrics_port), *extra]  # fmt: skip
     base = f"http://{LOOPBACK}:{port}"
     ready = partial(url_answers, f"{base}/healthz")
     child = Child("hotboard api", command, log_path=log_dir / f"api-{port}.log", env=child_env, ready=ready)
     with child.start(timeout_s):
         assert child.proc is not None
-        yield ApiServer(base, port, child.proc.pid)
+        yield ApiServer(base, port, child.proc.pid, metrics_port)
 
 
 @contextlib.contextmanager

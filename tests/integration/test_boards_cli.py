@@ -4,14 +4,18 @@ once a board has scores, paged listing, and the exit codes scripts rely on (0, 1
 from __future__ import annotations
 
 import json
+import re
+import socket
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pytest
 import redis
 
 from hotboard import keys
 from hotboard.cli import main
-from hotboard.process import free_port
+from hotboard.devstack import RedisServer
+from hotboard.process import LOOPBACK, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -224,3 +228,107 @@ def test_season_changes_are_refused_once_a_period_was_written(
     assert sync_redis.hget(keys.def_key("race"), "spec") == b"desc/incr/shared|weekly|9|300000"
     code, out, _ = run(capsys, "boards", "create", "race", *SEASON[:3], "9", *SEASON[4:], "--redis", redis_url)
     assert (code, out) == (0, "unchanged race: desc/incr/shared|weekly|9|300000\n")
+
+
+#: A password with every character a URL parser trips on, unencoded; each fragment between them is long enough
+#: that finding it in the output means the password leaked, not a coincidence.
+PASSWORD = "Zq8xK2/pW9vT4#mR7nL5?hJ3gF6@bN1cD8:yU2eA4%Ej7"
+FRAGMENTS = re.split(r"[/#?@:%]", PASSWORD)
+COMMANDS = [["create", "b"], ["list"], ["show", "b"], ["list", "--json"], ["show", "b", "--json"]]
+
+
+def _url(port: int, password: str = quote(PASSWORD, safe=""), user: str = "hb") -> str:
+    return f"redis://{user}:{password}@127.0.0.1:{port}/0"
+
+
+def _assert_no_password(out: str, err: str) -> None:
+    for text in (out, err):
+        assert PASSWORD not in text and quote(PASSWORD, safe="") not in text
+        leaked = [f for f in FRAGMENTS if f in text]
+        assert not leaked, (leaked, text)
+
+
+@pytest.fixture
+def acl_port(redis_server: RedisServer) -> Iterator[int]:
+    """A redis-server of its own with a user ``hb`` (every command) and ``noperm`` (may log in, nothing else),
+    both with :data:`PASSWORD`."""
+    admin = redis.Redis(port=redis_server.port)
+    try:
+        admin.acl_setuser("hb", enabled=True, passwords=[f"+{PASSWORD}"], keys=["*"], commands=["+@all"])
+        admin.acl_setuser("noperm", enabled=True, passwords=[f"+{PASSWORD}"], keys=["*"], commands=["-@all", "+client"])
+        yield redis_server.port
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("argv", COMMANDS)
+def test_no_error_path_prints_the_redis_password(argv: list[str], acl_port: int, capsys: Capture) -> None:
+    """Every way ``hotboard boards`` can fail, each with a password in --redis (and in HOTBOARD_REDIS): the
+    password, encoded or not, and no fragment of it, appears in what it prints; the user name and host do."""
+    cases = [
+        # a password left unencoded: redis-py's own message quotes a piece of it ("Port could not be cast ...")
+        (f"redis://hb:{PASSWORD}@127.0.0.1:{acl_port}/0", 2),
+        (_url(acl_port).replace("redis://", "http://"), 2),  # not a Redis scheme
+        (_url(acl_port).replace("127.0.0.1", "[::1"), 2),  # not a URL
+        (_url(free_port()), 3),  # unreachable
+        (_url(acl_port, quote("wrong" + PASSWORD, safe="")), 3),  # refused credentials
+        (_url(acl_port, user="noperm"), 3),  # logged in, every command refused (NOPERM)
+        (f"redis://127.0.0.1:{free_port()}/0?password={quote(PASSWORD, safe='')}", 3),
+    ]
+    # whitespace left unencoded in the password: free text would end the URL there
+    spaced = "Vb7nM2kL9 Qw3rTy8uI1 Zx5cF4gH6"
+    for url in (f"redis://hb:{spaced}@127.0.0.1:{acl_port}/0", f"redis://hb:{spaced}@127.0.0.1:{free_port()}/0"):
+        got, out, err = run(capsys, "boards", *argv, "--redis", url)
+        assert got in (2, 3) and not [f for f in spaced.split() if f in out + err], (url, err)
+    for url, code in cases:
+        got, out, err = run(capsys, "boards", *argv, "--redis", url)
+        assert got == code and out == "", (url, got, out, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        _assert_no_password(out, err)
+        if "noperm" in url:  # the error path of a reply, not of the connection
+            assert "Redis error" in err and "no permissions" in err
+        elif code == 3:
+            assert "***@127.0.0.1" in err or "password=***" in err
+
+
+def test_a_redis_that_never_answers_times_out_without_printing_the_password(capsys: Capture) -> None:
+    """The timeout branch: connected (the kernel accepts into the backlog), then no reply within 5 s, twice."""
+    with socket.create_server((LOOPBACK, 0)) as silent:
+        url = _url(silent.getsockname()[1])
+        got, out, err = run(capsys, "boards", "list", "--redis", url)
+    assert got == 3 and out == "" and "hb:***@127.0.0.1" in err and len(err.splitlines()) == 1
+    _assert_no_password(out, err)
+
+
+def test_refusals_and_successes_do_not_print_the_password_either(
+    acl_port: int, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = _url(acl_port)
+    for argv, code in [(["create", "b"], 0), (["create", "b", "--ties", "dense"], 0), (["list"], 0),
+                       (["show", "b"], 0), (["show", "nope"], 1), (["list", "--page-size", "0"], 2),
+                       (["show", "no spaces"], 2), (["create", "b", "--reset", "fortnightly"], 2)]:  # fmt: skip
+        got, out, err = run(capsys, "boards", *argv, "--redis", url)
+        assert got == code, (argv, out, err)
+        _assert_no_password(out, err)
+    monkeypatch.setenv("HOTBOARD_REDIS", _url(free_port()))
+    got, out, err = run(capsys, "boards", "list")
+    assert got == 3 and "hb:***@127.0.0.1" in err
+    _assert_no_password(out, err)
+
+
+def test_list_escapes_control_characters_in_text_and_keeps_json_exact(
+    redis_url: str, sync_redis: redis.Redis, capsys: Capture
+) -> None:
+    """Index members are whatever anyone wrote: printed raw, an escape sequence retitles or clears the terminal
+    and a newline forges a row. Text output escapes them; JSON output is exact JSON of the stored name."""
+    names = ["\x1b]0;pwned\x07", "\x1b[2J\x1b[Hclear", "forged\nrow\tdesc/incr/shared", "rtl\u202etxt", "back\\x1b"]
+    sync_redis.zadd(keys.BOARD_INDEX_KEY, dict.fromkeys(names, 0))
+    code, out, _ = run(capsys, "boards", "list", "--redis", redis_url)
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == len(names)
+    assert all(line.count("\t") == 1 and line.replace("\t", " ").isprintable() for line in lines), lines
+    shown = {line.split("\t")[0] for line in lines}
+    assert shown == {"\\x1b]0;pwned\\x07", "\\x1b[2J\\x1b[Hclear", "forged\\x0arow\\x09desc/incr/shared",
+                     "rtl\\u202etxt", "back\\\\x1b"}  # fmt: skip
+    code, out, _ = run(capsys, "boards", "list", "--json", "--redis", redis_url)
+    assert code == 0 and sorted(row["board"] for row in json.loads(out)) == sorted(names)

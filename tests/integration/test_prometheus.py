@@ -33,10 +33,10 @@ from redis.asyncio import Redis
 
 from hotboard.keys import board_key
 from hotboard.loadgen import generate, publish
-from hotboard.process import Child, free_port, url_answers
+from hotboard.process import LOOPBACK, Child, free_port, url_answers
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
-from tests.integration.conftest_reader import api_process
+from tests.integration.conftest_reader import api_server
 from tests.services import unavailable
 
 pytestmark = pytest.mark.integration
@@ -409,11 +409,11 @@ async def test_every_api_query_of_dashboard_and_alerts_returns_data(redis_url: s
         await client.zadd(board_key("global"), {f"p-{i}": i * 10 for i in range(100)})
     finally:
         await client.aclose()
-    with api_process(redis_url, tmp_path) as api_url:
-        host_port = api_url.removeprefix("http://")
-        with prometheus(tmp_path / "prom", {"hotboard-api": [host_port]}) as prom_url:
+    with api_server(redis_url, tmp_path) as api:
+        scraped = f"{LOOPBACK}:{api.metrics_port}"  # the API's metrics port, as deploy/prometheus scrapes it
+        with prometheus(tmp_path / "prom", {"hotboard-api": [scraped]}) as prom_url:
             stop = asyncio.Event()
-            traffic = asyncio.create_task(api_traffic(api_url, stop))
+            traffic = asyncio.create_task(api_traffic(api.url, stop))
             try:
                 await all_return_data(prom_url, {**dashboard, **alerts})
                 await rules_evaluate_cleanly(prom_url, {"hotboard-api"})

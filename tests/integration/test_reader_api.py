@@ -19,7 +19,7 @@ from hotboard.devstack import RedisServer
 from reader_api.answers import ErrorBody, FriendsList, Neighbourhood, PlayerRank, TopPage
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import api_process, asgi_client, conforms, reference_ranking
+from tests.integration.conftest_reader import api_process, asgi_client, conforms, metrics_text, reference_ranking
 
 pytestmark = pytest.mark.integration
 
@@ -201,7 +201,7 @@ async def test_cache_serves_only_the_current_version(client: httpx.AsyncClient, 
     await load_board(redis_client, BOARD, {"c": 9}, version=None)
     assert [e["player"] for e in (await get_json(client, path(BOARD, "top")))["entries"]] == ["c"]
     assert [e["player"] for e in (await get_json(client, path(BOARD, "top")))["entries"]] == ["c"]
-    metrics = (await client.get("/metrics")).text
+    metrics = metrics_text(client)
     assert 'hotboard_api_cache_total{result="hit"} 1.0' in metrics
     assert 'hotboard_api_cache_total{result="miss"} 4.0' in metrics
 
@@ -231,7 +231,7 @@ async def test_metrics_use_route_templates(client: httpx.AsyncClient, redis_clie
     await get_json(client, path(BOARD, "players", "secret-player"))
     await get_json(client, path(BOARD, "players", "nobody"), 404)
     await client.get("/no/such/path")
-    text = (await client.get("/metrics")).text
+    text = metrics_text(client)
     assert "secret-player" not in text and BOARD not in text and "nobody" not in text
     assert (
         'hotboard_api_requests_total{method="GET",route="/v1/boards/{board}/players/{player}",status="200"} 1.0' in text

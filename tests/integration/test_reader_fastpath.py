@@ -16,7 +16,7 @@ from reader_api.paths import EncodedSlashMiddleware
 from reader_api.routes import PLAYER
 from reader_api.service import Reader
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import asgi_client
+from tests.integration.conftest_reader import asgi_client, metrics_text
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,7 @@ async def test_both_paths_answer_alike(
 async def test_fast_answers_are_counted_by_route_template(client: httpx.AsyncClient, redis_client: Redis) -> None:
     await redis_client.zadd(keys.board_key("g"), {"a": 1})
     assert (await client.get("/v1/boards/g/players/a")).status_code == 200
-    body = (await client.get("/metrics")).text
+    body = metrics_text(client)
     assert (
         'hotboard_api_requests_total{method="GET",route="/v1/boards/{board}/players/{player}",status="200"} 1.0' in body
     )
@@ -82,7 +82,7 @@ async def test_a_failing_request_is_answered_once_like_the_app_and_counted(
         assert (fast.status_code, fast.json()["error"]) == (full.status_code, full.json()["error"]) == (status, code)
         assert fast.headers.get("retry-after") == full.headers.get("retry-after")
         assert calls == ["p-7", "p-7"]  # once per request: the fast path never hands a failed request over
-        body = (await client.get("/metrics")).text
+        body = metrics_text(client)
     sample = f'hotboard_api_requests_total{{method="GET",route="{PLAYER}",status="{status}"}} 2.0'
     assert sample in body
 

@@ -304,7 +304,7 @@ def test_fast_path_answers_a_redis_timeout_once(tmp_path: Path) -> None:
         assert (status, error_code(body), headers["retry-after"]) == (503, "redis_unavailable", "7")
         # One attempt plus the pool's one retry, each on a new connection; the full app used to repeat both.
         assert accepted_connections(listener) == 2
-        status, _, metrics = ask(server.port, b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, _, metrics = ask(server.metrics_port, b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
         line = 'hotboard_api_requests_total{method="GET",route="/v1/boards/{board}/players/{player}",status="503"} 1.0'
         assert status == 200 and line in metrics.decode()
 
@@ -356,7 +356,7 @@ def test_corrupt_meta_is_a_503_naming_the_key(redis_url: str, tmp_path: Path, fi
 
 @contextlib.contextmanager
 def ok_redis() -> Iterator[str]:
-    """Answers ``+OK`` to every command, so PING is answered, but not with PONG."""
+    """Answers ``+OK`` to every command: Redis seems to answer, but not as a read is answered."""
     listener = socket.create_server((LOOPBACK, free_port()))
     stop = threading.Event()
 

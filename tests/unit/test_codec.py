@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import orjson
 import pytest
 
-from hotboard.codec import Decoder, Event, InvalidEvent, Reason, decode, encode
+from hotboard.codec import MAX_META_BYTES, MAX_META_DEPTH, Decoder, Event, InvalidEvent, Reason, decode, encode
 
 
 @pytest.mark.parametrize(
@@ -114,3 +117,47 @@ def test_encode_round_trips() -> None:
     assert decode(encode(event._replace(ts_ms=None))) == event._replace(ts_ms=None)
     scored = Event("b", "p", None, 5, "best", 2**53 - 1, b'{"name":"x"}')
     assert decode(encode(scored)) == scored
+
+
+_EVENT = b'{"player": "p", "delta": 1, "meta": '
+
+
+def _nested_meta(depth: int) -> bytes:
+    """An event whose ``meta`` is ``depth`` objects deep (the meta object itself is level 1), or arrays inside."""
+    inner = b'{"a":' * depth + b"1" + b"}" * depth
+    return _EVENT + inner + b"}"
+
+
+def _nested_array_meta(depth: int) -> bytes:
+    inner = b"[" * (depth - 1) + b"]" * (depth - 1)
+    return _EVENT + b'{"a":' + inner + b"}}"
+
+
+@pytest.mark.parametrize("make", [_nested_meta, _nested_array_meta])
+def test_meta_nested_up_to_the_limit_is_accepted_and_every_answer_can_encode_it(make: Callable[[int], bytes]) -> None:
+    """The API wraps meta in a few levels of its own (entries, an entry): orjson refuses past 254 levels, so
+    an accepted meta must leave room for any answer."""
+    value = make(MAX_META_DEPTH)
+    meta = decode(value).meta
+    assert meta is not None and len(meta) <= MAX_META_BYTES
+    answer = {"entries": [{"meta": orjson.Fragment(meta)}]}
+    deep = orjson.loads(orjson.dumps(answer))
+    for _ in range(50):  # 100 more levels: far deeper wrapping than any answer has
+        deep = {"x": [deep]}
+    orjson.dumps(deep)
+
+
+@pytest.mark.parametrize(
+    ("make", "depth"),
+    [(_nested_meta, d) for d in (MAX_META_DEPTH + 1, 64, 90)]
+    + [(_nested_array_meta, d) for d in (MAX_META_DEPTH + 1, 64, 252, 253, 254, 255, 300)],
+)
+def test_meta_nested_past_the_limit_is_dead_lettered_too_large(make: Callable[[int], bytes], depth: int) -> None:
+    """A meta 252-254 levels deep fits in 512 bytes and encodes once, but no answer holding it can be encoded
+    (it would break every page holding that player): refused by its depth, whatever its size."""
+    value = make(depth)
+    with pytest.raises(InvalidEvent) as caught:
+        decode(value)
+    assert caught.value.reason is Reason.TOO_LARGE
+    if len(value) - len(_EVENT) - 1 <= MAX_META_BYTES:  # small enough: only its depth can refuse it
+        assert f"limit {MAX_META_DEPTH}" in caught.value.detail

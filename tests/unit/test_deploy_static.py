@@ -35,6 +35,7 @@ RUNBOOKS = ROOT / "docs" / "runbooks.md"
 PARTITIONS = 8
 WORKER_PORT = 9100
 API_PORT = 8000
+API_METRICS_PORT = 9102
 WORKERS = ("worker-1", "worker-2", "worker-3")
 
 
@@ -96,7 +97,8 @@ def test_dockerfile_is_multi_stage_non_root_with_hotboard_entrypoint() -> None:
     assert users[-1].split(":")[0] not in {"root", "0"}
     assert re.search(r'^ENTRYPOINT \["hotboard"\]$', text, flags=re.M)
     exposed = {int(p) for line in re.findall(r"^EXPOSE\s+(.+)$", text, flags=re.M) for p in line.split()}
-    assert {WORKER_PORT, API_PORT} <= exposed
+    assert {WORKER_PORT, API_PORT, API_METRICS_PORT} <= exposed
+    assert f"HOTBOARD_API_METRICS_PORT={API_METRICS_PORT}" in text
 
 
 # ------------------------------------------------------------------------------------------------ compose
@@ -149,7 +151,6 @@ def test_compose_workers_settings_and_graceful_stop() -> None:
         assert svc["command"] == ["worker"]
         env = svc["environment"]
         assert env["HOTBOARD_KAFKA"] == "kafka:9092"
-        assert env["HOTBOARD_REDIS"] == "redis://redis:6379/0"
         assert env["HOTBOARD_TOPIC"] == "scores"
         assert int(env["HOTBOARD_METRICS_PORT"]) == WORKER_PORT
         assert svc["stop_grace_period"] == "30s"
@@ -175,6 +176,44 @@ def test_compose_redis_aof_everysec() -> None:
     joined = " ".join(command)
     assert "--appendonly yes" in joined
     assert "--appendfsync everysec" in joined
+
+
+SECRETS = COMPOSE.parent / "secrets"
+
+
+def acl_users() -> dict[str, list[str]]:
+    """The compose Redis's users (``user NAME RULES...`` lines of its ACL file)."""
+    lines = (SECRETS / "redis-users.acl").read_text().splitlines()
+    return {line.split()[1]: line.split()[2:] for line in lines if line.strip()}
+
+
+def test_compose_redis_requires_a_user_and_hotboard_reads_its_url_from_a_secret() -> None:
+    """No Redis URL (a password) in the compose file or any environment: each hotboard service reads its own
+    URL from a compose secret, and logs in as its own user; unauthenticated clients may only PING."""
+    config = compose()
+    services, secrets = config["services"], config["secrets"]
+    redis = services["redis"]
+    assert "--aclfile /run/secrets/redis-users.acl" in " ".join(redis["command"])
+    assert redis["secrets"] == ["redis-users.acl"]
+    assert "redis://" not in COMPOSE.read_text(), "a Redis URL inline"
+    users = acl_users()
+    assert users["default"] == ["on", "nopass", "-@all", "+ping"]  # the healthcheck's PING, nothing else
+    assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    for name, (secret, user) in {**dict.fromkeys(WORKERS, ("redis-worker-url", "hotboard-worker")),
+                                 "api": ("redis-api-url", "hotboard-api")}.items():  # fmt: skip
+        svc = services[name]
+        assert "HOTBOARD_REDIS" not in svc["environment"], name
+        assert svc["secrets"] == [secret], name
+        shell = svc["entrypoint"]
+        assert shell[:2] == ["/bin/sh", "-c"] and shell[3] == "hotboard", name
+        assert f'HOTBOARD_REDIS="$$(cat /run/secrets/{secret})" exec hotboard "$$@"' == shell[2], name
+        assert (COMPOSE.parent / secrets[secret]["file"]).resolve() == (SECRETS / secret).resolve()
+        url = (SECRETS / secret).read_text().strip()
+        login, _, host = url.removeprefix("redis://").partition("@")
+        user_name, _, password = login.partition(":")
+        assert (user_name, host) == (user, "redis:6379/0"), name
+        assert f">{password}" in users[user], f"{secret}'s password is not {user}'s"
+    assert users["hotboard-worker"][2:] == ["~hb:*", "+@all"]
 
 
 def test_compose_depends_on_and_healthchecks() -> None:
@@ -233,7 +272,11 @@ def test_prometheus_scrapes_every_worker_and_the_api() -> None:
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     targets = {j: [t for sc in job["static_configs"] for t in sc["targets"]] for j, job in jobs.items()}
     assert sorted(targets["hotboard-worker"]) == [f"{w}:{WORKER_PORT}" for w in WORKERS]
-    assert targets["hotboard-api"] == [f"api:{API_PORT}"]
+    assert targets["hotboard-api"] == [f"api:{API_METRICS_PORT}"]  # the client port does not serve /metrics
+    api = compose()["services"]["api"]
+    assert int(api["environment"]["HOTBOARD_API_METRICS_PORT"]) == API_METRICS_PORT
+    assert str(API_METRICS_PORT) in api["expose"]
+    assert all(str(API_METRICS_PORT) not in str(port) for port in api["ports"]), "/metrics published to the host"
     assert config["rule_files"] == ["alerts.yml"]
     services = compose()["services"]
     for target in (*targets["hotboard-worker"], *targets["hotboard-api"]):
@@ -355,6 +398,7 @@ def test_worker_deployment_probes_and_graceful_shutdown() -> None:
     assert float(config["HOTBOARD_SHUTDOWN_TIMEOUT_S"]) <= 10 < pod["terminationGracePeriodSeconds"]
     c = container(worker)
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": WORKER_PORT}
+    assert redis_url_source(worker) == {"secretKeyRef": {"name": "hotboard-redis", "key": "worker-url"}}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert c["startupProbe"]["httpGet"]["port"] == "metrics"
@@ -366,13 +410,15 @@ def test_worker_deployment_probes_and_graceful_shutdown() -> None:
 def test_api_deployment_service_and_hpa() -> None:
     api = by_kind("Deployment")["hotboard-api"]
     c = container(api)
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": API_PORT}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": API_PORT, "metrics": API_METRICS_PORT}
+    assert api["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(API_METRICS_PORT)
+    assert redis_url_source(api) == {"secretKeyRef": {"name": "hotboard-redis", "key": "api-url"}}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert c["resources"]["requests"]["cpu"], "a CPU HPA needs CPU requests"
     service = by_kind("Service")["hotboard-api"]
     assert service["spec"]["selector"].items() <= api["spec"]["template"]["metadata"]["labels"].items()
-    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]  # /metrics is not for clients
     hpa = by_kind("HorizontalPodAutoscaler")["hotboard-api"]
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "hotboard-api"}
     (metric,) = hpa["spec"]["metrics"]
@@ -408,9 +454,88 @@ def test_kafka_and_redis_are_external_services() -> None:
     kafka_host, kafka_port = config["HOTBOARD_KAFKA"].split(":")
     assert kafka_host == "kafka"
     assert int(kafka_port) == services["kafka"]["spec"]["ports"][0]["port"]
-    assert config["HOTBOARD_REDIS"] == f"redis://redis:{services['redis']['spec']['ports'][0]['port']}/0"
+    assert "HOTBOARD_REDIS" not in config, "the Redis URL holds a password: Secret hotboard-redis, not a ConfigMap"
+    assert not by_kind("Secret"), "no credentials in the base: the Secret is created per cluster (README.md)"
     assert int(config["HOTBOARD_METRICS_PORT"]) == WORKER_PORT
     assert int(config["HOTBOARD_API_PORT"]) == API_PORT
+    assert int(config["HOTBOARD_API_METRICS_PORT"]) == API_METRICS_PORT
+    readme = (K8S / "README.md").read_text()
+    assert "kubectl create secret generic hotboard-redis" in readme
+    assert "--from-literal=worker-url=" in readme and "--from-literal=api-url=" in readme
+
+
+def redis_url_source(deployment: dict[str, Any]) -> dict[str, Any]:
+    (entry,) = [e for e in container(deployment).get("env", []) if e["name"] == "HOTBOARD_REDIS"]
+    assert "value" not in entry
+    return dict(entry["valueFrom"])
+
+
+def test_no_pod_gets_a_service_account_token() -> None:
+    for name, deployment in by_kind("Deployment").items():
+        assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is False, name
+
+
+PROMETHEUS_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
+DNS = {("UDP", 53), ("TCP", 53)}
+
+
+def _ports(rule: dict[str, Any]) -> set[tuple[str, int | str]]:
+    return {(p["protocol"], p["port"]) for p in rule["ports"]}
+
+
+def _policy_for(component: str) -> dict[str, Any]:
+    deployment = by_kind("Deployment")[f"hotboard-{component}"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    (policy,) = [p for p in by_kind("NetworkPolicy").values() if p["spec"]["podSelector"]["matchLabels"].items()
+                 <= labels.items()]  # fmt: skip
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"], "a missing type allows everything"
+    named = {p["name"] for p in container(deployment)["ports"]}
+    for rule in policy["spec"]["ingress"]:
+        assert {port for _, port in _ports(rule) if isinstance(port, str)} <= named, "a port the pod does not name"
+    return dict(policy["spec"])
+
+
+def _egress(spec: dict[str, Any]) -> dict[tuple[str, int | str], list[dict[str, Any]]]:
+    out: dict[tuple[str, int | str], list[dict[str, Any]]] = {}
+    for rule in spec["egress"]:
+        assert rule.get("to"), "egress to anywhere"
+        for port in _ports(rule):
+            out[port] = rule["to"]
+    return out
+
+
+def _namespace(peers: list[dict[str, Any]]) -> str:
+    (peer,) = peers
+    return str(peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"])
+
+
+def test_network_policy_of_the_workers() -> None:
+    """Workers: in, only Prometheus on the ops port; out, only Kafka, Redis and DNS."""
+    spec = _policy_for("worker")
+    ((rule),) = spec["ingress"]
+    assert rule["from"] == [PROMETHEUS_PEER] and _ports(rule) == {("TCP", "metrics")}
+    egress = _egress(spec)
+    assert set(egress) == {("TCP", 9092), ("TCP", 6379), *DNS}
+    assert _namespace(egress["TCP", 9092]) == "kafka" and _namespace(egress["TCP", 6379]) == "redis"
+    assert _namespace(egress["UDP", 53]) == "kube-system"
+    services = by_kind("Service")
+    assert services["kafka"]["spec"]["externalName"].split(".")[1] == "kafka"  # the namespaces egress names
+    assert services["redis"]["spec"]["externalName"].split(".")[1] == "redis"
+
+
+def test_network_policy_of_the_api() -> None:
+    """API: in, clients on its port and Prometheus alone on the metrics port; out, only Redis and DNS."""
+    spec = _policy_for("api")
+    rules = {frozenset(_ports(rule)): rule for rule in spec["ingress"]}
+    assert set(rules) == {frozenset({("TCP", "http")}), frozenset({("TCP", "metrics")})}
+    assert "from" not in rules[frozenset({("TCP", "http")})]  # clients, from anywhere
+    assert rules[frozenset({("TCP", "metrics")})]["from"] == [PROMETHEUS_PEER]
+    egress = _egress(spec)
+    assert set(egress) == {("TCP", 6379), *DNS}
+    assert _namespace(egress["TCP", 6379]) == "redis"
 
 
 def test_kustomize_build() -> None:

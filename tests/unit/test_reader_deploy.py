@@ -34,3 +34,35 @@ def test_the_limits_are_valid_settings() -> None:
     settings = ApiSettings.model_validate(fields)
     assert settings.api_http == "bounded"
     assert set(fields) <= set(ApiSettings.model_fields)
+
+
+def test_metrics_are_off_the_client_port_in_both_deploys() -> None:
+    """Prometheus scrapes the API on a port of its own; the client port (the Service's) never serves /metrics."""
+    k8s, compose = api_env()
+    for env in (k8s, compose):
+        assert env["HOTBOARD_API_METRICS_HOST"] == "0.0.0.0"
+        settings = ApiSettings.model_validate(
+            {"api_port": env["HOTBOARD_API_PORT"], "api_metrics_port": env["HOTBOARD_API_METRICS_PORT"]}
+        )
+        assert settings.api_metrics_port not in (0, settings.api_port)
+    assert k8s["HOTBOARD_API_METRICS_PORT"] == compose["HOTBOARD_API_METRICS_PORT"]
+
+
+def _rules(line: str) -> list[str]:
+    """An ACL rule list without its password (``>...``) and user name."""
+    return [r for r in line.split()[2:] if not r.startswith(">")]
+
+
+def test_the_api_logs_in_as_a_read_only_redis_user_in_both_deploys() -> None:
+    """The user the API's URL names may read and run scripts, never write: the same rules in the Kubernetes
+    instructions and in the compose stack's ACL file (tests/integration/test_reader_readonly.py runs the API on
+    them against a real redis-server)."""
+    readme = (DEPLOY / "k8s" / "README.md").read_text()
+    (k8s_line,) = [line.strip() for line in readme.splitlines() if line.strip().startswith("ACL SETUSER hotboard-api ")]
+    acl = (DEPLOY / "compose" / "secrets" / "redis-users.acl").read_text().splitlines()
+    (compose_line,) = [line for line in acl if line.startswith("user hotboard-api ")]
+    read_only = ["on", "~hb:*", "+@read", "+@scripting", "-@write"]
+    assert _rules(k8s_line.removeprefix("ACL ")) == read_only  # "SETUSER hotboard-api rules..."
+    assert _rules(compose_line) == read_only
+    assert (DEPLOY / "compose" / "secrets" / "redis-api-url").read_text().startswith("redis://hotboard-api:")
+    assert "api-url='redis://hotboard-api:" in readme

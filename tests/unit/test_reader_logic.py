@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import get_type_hints
 
 import pytest
 
+import reader_api
+from hotboard import lua
 from reader_api import snapshot
 from reader_api.cache import PageCache
 from reader_api.errors import ApiError
@@ -239,3 +243,12 @@ def test_a_flood_of_one_off_pages_does_not_evict_a_popular_one() -> None:
         cache.put(("g", offset, 1), 1, b"x")
     page = cache.get(hot)
     assert page is not None and page.version == 2
+
+
+def test_every_script_the_api_runs_is_flagged_no_writes() -> None:
+    """Redis itself refuses a write from a script flagged ``no-writes``, whatever the user may do: the API's
+    "never writes" holds on an unrestricted Redis user too, not only on the read-only ACL user of the deploys."""
+    modules = [importlib.import_module(f"reader_api.{m.name}") for m in pkgutil.iter_modules(reader_api.__path__)]
+    scripts = [v for module in modules for v in vars(module).values() if isinstance(v, lua.Script)]
+    assert len(scripts) >= 5
+    assert all(s.text.startswith("#!lua flags=no-writes\n") for s in scripts), [s.text[:30] for s in scripts]

@@ -209,6 +209,11 @@ def test_fold_batch_agrees_with_the_codec_on_every_input() -> None:
         t = rng.choice(templates)
         values.append(None if t is None else t % (rng.randrange(5), rng.randint(-9, 9)))
     values.append(b'{"player": "p", "delta": 1, "pad": "' + b"x" * 65_536 + b'"}')
+    values[:0] = [
+        b'{"player": "p-1", "delta": 2, "meta": {"a": ' + b"[" * 252 + b"]" * 252 + b"}}",  # meta too deep
+        b'{"player": "p-1", "delta": 2, "meta": {"a": ' + b"[" * 40 + b"]" * 40 + b"}}",
+        b'{"player": "p-1", "delta": 2, "ts": 1700000000000, "pad": ' + b"[" * 300 + b"]" * 300 + b"}",  # ignored
+    ]
     fold = PartitionFold()
     decoder = Decoder()
     clear = {"global", *(f"b{i}" for i in range(5))}
