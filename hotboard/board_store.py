@@ -91,15 +91,29 @@ async def load_declared(redis: Redis, boards: Sequence[str]) -> dict[str, Found]
     return out
 
 
-async def page(redis: Redis, after: str | None, limit: int) -> tuple[list[tuple[str, BoardDef]], str | None]:
-    """Up to ``limit`` boards by name after ``after`` (exclusive), with their definitions, and the name to
-    continue after (None on the last page). Two round trips, whatever the number of boards."""
-    start = "-" if after is None else f"({after}"
-    names = [_text(n) for n in await redis.zrangebylex(keys.BOARD_INDEX_KEY, start, "+", start=0, num=limit + 1)]
-    more = len(names) > limit
-    names = names[:limit]
-    found = await load(redis, names)
-    return [(n, found[n]) for n in names], (names[-1] if more else None)
+async def page(
+    redis: Redis, after: bytes | None, limit: int
+) -> tuple[list[tuple[str, BoardDef | DefinitionError]], bytes | None]:
+    """Up to ``limit`` index members after ``after`` (exclusive, the raw member), with their definitions, and the
+    raw member to continue after (None on the last page): the operator's listing. A member that is not a board
+    name (not UTF-8, outside the alphabet: only a foreign writer adds one) or whose stored definition hotboard
+    did not write is listed with the reason, its name made printable, so that it can be found and removed.
+    Two round trips, whatever the number of boards."""
+    start = b"-" if after is None else b"(" + after
+    raw = [_raw(m) for m in await redis.zrangebylex(keys.BOARD_INDEX_KEY, start, "+", start=0, num=limit + 1)]
+    more = len(raw) > limit
+    raw = raw[:limit]
+    names = [n for n in map(_board_name, raw) if n is not None]
+    found = await load_declared(redis, names)
+    rows: list[tuple[str, BoardDef | DefinitionError]] = []
+    for member in raw:
+        name = _board_name(member)
+        if name is None:
+            rows.append((member.decode(errors="backslashreplace"), DefinitionError("not a board name")))
+        else:
+            definition = found[name]
+            rows.append((name, DEFAULT if definition is None else definition))
+    return rows, (raw[-1] if more else None)
 
 
 #: Index members one listing page reads past at most beyond its own (names that are not boards, boards whose
@@ -161,6 +175,10 @@ def _board_name(member: bytes | str) -> str | None:
     except UnicodeDecodeError:
         return None
     return name if keys.is_valid_board(name) else None
+
+
+def _raw(member: bytes | str) -> bytes:
+    return member if isinstance(member, bytes) else member.encode()
 
 
 def _text(raw: bytes | str) -> str:

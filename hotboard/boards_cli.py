@@ -124,11 +124,16 @@ async def _list(redis: Redis, args: argparse.Namespace) -> int:
     if args.page_size < 1:
         raise Refused("--page-size must be at least 1")
     rows: list[dict[str, str | int]] = []
-    after: str | None = None
+    after: bytes | None = None
     while True:
         found, after = await board_store.page(redis, after, args.page_size)
         for name, definition in found:
-            if args.json:
+            if isinstance(definition, DefinitionError):  # written by something else: shown so it can be removed
+                if args.json:
+                    rows.append({"board": name, "error": str(definition)})
+                else:
+                    _out(f"{escape(name)}\tunreadable: {escape(str(definition))}")
+            elif args.json:
                 rows.append({"board": name, **_definition(definition)})
             else:
                 _out(f"{escape(name)}\t{definition.spec}")  # a seasonal spec ends |reset|keep|grace_ms

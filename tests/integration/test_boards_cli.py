@@ -16,6 +16,7 @@ from hotboard import keys
 from hotboard.cli import main
 from hotboard.devstack import RedisServer
 from hotboard.process import LOOPBACK, free_port
+from tests.integration.harness import JUNK_DEFINITIONS, seed_junk_definitions
 
 pytestmark = pytest.mark.integration
 
@@ -332,3 +333,27 @@ def test_list_escapes_control_characters_in_text_and_keeps_json_exact(
                      "rtl\\u202etxt", "back\\\\x1b"}  # fmt: skip
     code, out, _ = run(capsys, "boards", "list", "--json", "--redis", redis_url)
     assert code == 0 and sorted(row["board"] for row in json.loads(out)) == sorted(names)
+
+
+def test_list_shows_what_it_cannot_read_and_pages_past_it(
+    redis_url: str, sync_redis: redis.Redis, capsys: Capture
+) -> None:
+    """An index member that is not UTF-8 and definitions hotboard did not write are listed as unreadable, by a
+    printable name and the reason, so an operator can find and remove them; paging goes on past them, even
+    with a page boundary on the non-UTF-8 member."""
+    seed_junk_definitions(redis_url)
+    sync_redis.zadd(
+        keys.BOARD_INDEX_KEY, {b"a-good": 0, b"b\xff\xfe": 0, b"c-good": 0, **dict.fromkeys(JUNK_DEFINITIONS, 0)}
+    )
+    for page_size in ("1", "2", "100"):
+        code, out, _ = run(capsys, "boards", "list", "--page-size", page_size, "--redis", redis_url)
+        rows = dict(line.split("\t") for line in out.splitlines())
+        assert code == 0, out
+        assert set(rows) == {"a-good", "b\\\\xff\\\\xfe", "c-good", *JUNK_DEFINITIONS}
+        assert rows["a-good"] == rows["c-good"] == "desc/incr/shared"
+        # escape() marks the backslashes of the printable name
+        assert rows["b\\\\xff\\\\xfe"] == "unreadable: not a board name"
+        assert all(rows[board].startswith(f"unreadable: hb:{{{board}}}:def") for board in JUNK_DEFINITIONS), rows
+    code, out, _ = run(capsys, "boards", "list", "--json", "--redis", redis_url)
+    listed = {row["board"]: row for row in json.loads(out)}
+    assert code == 0 and listed["b\\xff\\xfe"]["error"] == "not a board name" and "error" in listed["junk-keep"]
