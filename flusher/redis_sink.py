@@ -83,8 +83,9 @@ class RedisSink:
                 halts[p] = (reason, int(at))
         return checkpoints, halts
 
-    async def record_halt(self, partition: int, reason: str, checkpoint: int) -> None:
-        await self._redis.hset(keys.checkpoint_key(self._topic), f"{partition}:halt", f"{reason} {checkpoint}")
+    async def record_halt(self, partition: int, reason: str) -> None:
+        """Recorded at the checkpoint Redis holds now, which from then on only an operator moves."""
+        await self._redis.eval(lua.RECORD_HALT, 1, keys.checkpoint_key(self._topic), str(partition), reason)
 
     async def clear_halt(self, partition: int) -> None:
         await self._redis.hdel(keys.checkpoint_key(self._topic), f"{partition}:halt")

@@ -233,12 +233,13 @@ return commit(0, 0, n, 8, saturated)
 #: Advance per-partition checkpoints, each only from the value the worker knows. KEYS: checkpoint hash.
 #: ARGV: triples (field, expected, new); expected '-1' means "absent". Returns one {ok, previous} per triple:
 #: a mismatch (absent after a FLUSHALL, behind after a lost second, ahead after another owner) is the
-#: worker's cue to resynchronise, never overwritten.
+#: worker's cue to resynchronise, never overwritten. A halted partition's checkpoint (``<p>:halt`` present)
+#: never moves here: while it is halted only an operator writes it, and that write is what lifts the halt.
 CHECKPOINT = """
 local out = {}
 for i = 1, #ARGV, 3 do
   local cur = redis.call('HGET', KEYS[1], ARGV[i]) or '-1'
-  if cur == ARGV[i + 1] then
+  if cur == ARGV[i + 1] and redis.call('HEXISTS', KEYS[1], ARGV[i] .. ':halt') == 0 then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
     out[#out + 1] = {1, cur}
   else
@@ -248,6 +249,15 @@ end
 return out
 """
 
+
+#: Record a halt next to the checkpoint it holds at: the one Redis holds now (what an operator's write is
+#: compared against), not the one the worker knew when it decided. KEYS: checkpoint hash. ARGV: partition,
+#: reason.
+RECORD_HALT = """
+local at = redis.call('HGET', KEYS[1], ARGV[1]) or '-1'
+redis.call('HSET', KEYS[1], ARGV[1] .. ':halt', ARGV[2] .. ' ' .. at)
+return at
+"""
 
 #: Look up one partition's watermarks on many boards (single Redis: the keys span slots, as FLUSH's do; a
 #: Redis Cluster sink asks per slot). KEYS: checkpoint hash, then each board's applied hash. ARGV: the

@@ -36,8 +36,9 @@ class Assignment:
         self._consumer = consumer
         self._sink = sink
         self._metrics = metrics
-        #: Halts decided but not yet recorded in Redis (recorded at the next positioning or flush).
-        self._unrecorded: dict[int, tuple[str, int]] = {}
+        #: Halts decided but not yet recorded in Redis (recorded at the next positioning or flush): partition ->
+        #: reason.
+        self._unrecorded: dict[int, str] = {}
 
     @property
     def ready(self) -> bool:
@@ -133,10 +134,12 @@ class Assignment:
         return run_id
 
     async def record_halts(self) -> None:
-        """Halts survive restarts: recorded next to the checkpoint, with the checkpoint they were decided at."""
+        """Halts survive restarts: recorded next to the checkpoint, with the checkpoint Redis holds then. From
+        then on no worker moves it (the flush skips halted partitions, the checkpoint script refuses them), so a
+        different one later is an operator's doing, never the flush of work pending when the halt was decided."""
         while self._unrecorded:
-            p, (reason, checkpoint) = next(iter(self._unrecorded.items()))
-            await self._sink.record_halt(p, reason, checkpoint)
+            p, reason = next(iter(self._unrecorded.items()))
+            await self._sink.record_halt(p, reason)
             self._unrecorded.pop(p, None)
 
     def _position_one(
@@ -145,7 +148,7 @@ class Assignment:
         state = self.parts[p]
         decision = position(checkpoint, committed, start)
         if isinstance(decision, Halt):
-            self.halt(state, decision, checkpoint=NO_WATERMARK if checkpoint is None else checkpoint)
+            self.halt(state, decision)
             return
         self._consumer.seek(tp, decision.offset)
         state.reset(NO_WATERMARK if checkpoint is None else checkpoint, decision.offset)
@@ -156,12 +159,11 @@ class Assignment:
         self.release([p], PauseReason.POSITIONING)
         log.info("partition %d resumes at %d (checkpoint %s)", p, decision.offset, checkpoint)
 
-    def halt(self, state: PartitionState, halt: Halt, *, record: bool = True, checkpoint: int | None = None) -> None:
+    def halt(self, state: PartitionState, halt: Halt, *, record: bool = True) -> None:
         """History is gone: do not guess. An operator restores Redis or writes the checkpoint (README)."""
         first = state.halted is None or state.halted.reason != halt.reason
         if record:
-            at = state.checkpoint if checkpoint is None else checkpoint
-            self._unrecorded[state.partition] = (halt.reason.value, at)
+            self._unrecorded[state.partition] = halt.reason.value
         state.ready = False
         state.halted = halt
         state.recheck_at = time.monotonic() + self.settings.halt_recheck_s

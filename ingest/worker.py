@@ -421,8 +421,8 @@ class Worker:
         moves: dict[int, tuple[int, int]] = {}
         for p, last in window.offsets().items():
             state = self._assignment.parts.get(p)
-            if state is None:
-                continue
+            if state is None or state.halted is not None:
+                continue  # a halted partition's checkpoint is the operator's to move (its boards took the window)
             new = min(last, lowest_letter.get(p, last + 1) - 1)
             if new > state.checkpoint:
                 moves[p] = (state.checkpoint, new)
