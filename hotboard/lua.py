@@ -259,6 +259,22 @@ redis.call('HSET', KEYS[1], ARGV[1] .. ':halt', ARGV[2] .. ' ' .. at)
 return at
 """
 
+#: Lift a halt the operator answered (wrote the checkpoint), only if it is still the one the worker read; a
+#: halt for a re-created log moves the partition's epoch in the same step (see flusher.checkpoints). KEYS:
+#: checkpoint hash. ARGV: partition, the halt as read, whether the log is new ('1'). Answers nil when the halt
+#: changed meanwhile, else {epoch, checkpoint or -1}.
+LIFT_HALT = """
+local p = ARGV[1]
+if redis.call('HGET', KEYS[1], p .. ':halt') ~= ARGV[2] then return nil end
+redis.call('HDEL', KEYS[1], p .. ':halt')
+local epoch = tonumber(redis.call('HGET', KEYS[1], p .. ':epoch') or '0')
+if ARGV[3] == '1' then
+  epoch = epoch + 1
+  redis.call('HSET', KEYS[1], p .. ':epoch', epoch)
+end
+return {epoch, tonumber(redis.call('HGET', KEYS[1], p) or '-1')}
+"""
+
 #: Look up one partition's watermarks on many boards (single Redis: the keys span slots, as FLUSH's do; a
 #: Redis Cluster sink asks per slot). KEYS: checkpoint hash, then each board's applied hash. ARGV: the
 #: checkpoint's field, the watermark field. Answers the checkpoint then each watermark, -1 where absent: one

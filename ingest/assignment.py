@@ -126,8 +126,15 @@ class Assignment:
                 self.halt(self.parts[p], Halt(HaltReason(reason), detail), record=False)
                 continue
             if recorded is not None:
-                await self._sink.clear_halt(p)
-                log.warning("partition %d: the checkpoint was written since its halt (%s); resuming", p, recorded[0])
+                # the operator wrote the checkpoint: a re-created log's offsets start over, so its boards'
+                # watermarks (the old log's) are left behind in the old epoch
+                new_log = recorded[0] == HaltReason.BEYOND_LOG_END.value
+                lifted = await self._sink.lift_halt(p, recorded, new_log)
+                if lifted is None or p not in self.parts:
+                    continue  # the halt changed meanwhile (or the partition went): position it again
+                checkpoint = None if lifted == NO_WATERMARK else lifted
+                log.warning("partition %d: the checkpoint was written since its halt (%s); resuming%s", p,
+                            recorded[0], " in a new log epoch" if new_log else "")  # fmt: skip
             self._position_one(p, tp, checkpoint, committed.get(p), starts[tp])
         await self.record_halts()
         self.update_halts()

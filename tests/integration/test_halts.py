@@ -5,6 +5,7 @@ against totals computed from the log itself."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -14,9 +15,13 @@ from aiokafka import TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
 from hotboard import keys
+from hotboard.codec import Event
+from hotboard.devstack import RedisServer
 from hotboard.loadgen import publish
 from ingest.partitions import HaltReason
 from ingest.worker import Worker
+from tests.integration.conftest import Spawn
+from tests.integration.harness import Feeder, totals_of, wait_exact, wait_for
 from tests.integration.test_faults import _events, _settings, _until
 
 pytestmark = pytest.mark.integration
@@ -69,3 +74,48 @@ async def test_a_halt_with_pending_work_does_not_lift_itself(
         finally:
             worker.stop()
             await asyncio.wait_for(task, 30)
+
+
+def _redis_cli(server: RedisServer, *args: str) -> str:
+    """What the operator types (README, Guarantees; docs/runbooks.md, HotboardRedisDataLoss)."""
+    done = subprocess.run(["redis-cli", "-p", str(server.port), *args], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def _recreated_topic(url: str, topic: str, old: dict[str, int]) -> None:
+    """A topic deleted and re-created under the same name (the embedded broker cannot delete topics): Redis
+    still holds the old log's checkpoint 1000 and a board the old log fed, watermark 1000 and ``old`` totals."""
+    r = redis.Redis.from_url(url)
+    r.hset(keys.checkpoint_key(topic), "0", 1000)
+    r.hset(keys.applied_key("global"), keys.watermark_field(topic, 0), 1000)
+    r.zadd(keys.board_key("global"), old)
+    r.zadd(keys.BOARD_INDEX_KEY, {"global": 0})
+
+
+@pytest.mark.parametrize("remedy", ["replay_from_start", "accept_loss_up_to_49"])
+def test_lifting_a_log_end_halt_counts_the_new_log(
+    remedy: str, kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    """The new log's events are counted once each after the operator's remedy; before, every board kept its
+    watermark from the old log and the new log's events up to it were skipped as duplicates (/readyz green)."""
+    topic = topic_factory(1)
+    old = {"veteran": 7, "global-p0": 3}
+    _recreated_topic(redis_server.url, topic, old)
+    first = _events("global", 5, 100)
+    Feeder(kafka, topic, first, rate=0).finish()
+    worker = spawn(redis_server.url, topic, extra_env={"HOTBOARD_HALT_RECHECK_S": "0.5"})
+    worker.wait_metric("hotboard_redis_data_loss", 1)
+    later = _events("global", 5, 1000, start=100)
+    Feeder(kafka, topic, later, rate=0).finish()  # the new log grows past the old checkpoint: the halt holds
+    new_log = first + later
+    if remedy == "replay_from_start":
+        assert _redis_cli(redis_server, "HDEL", keys.checkpoint_key(topic), "0") == "1"
+        counted = new_log
+    else:
+        assert _redis_cli(redis_server, "HSET", keys.checkpoint_key(topic), "0", "49") == "0"
+        counted = new_log[50:]
+    expected = totals_of([Event("global", p, s, None) for p, s in old.items()] + counted)
+    wait_exact(redis_server.url, expected, timeout_s=60)
+    wait_for(lambda: worker.status("/readyz") == 200, timeout_s=30, what="/readyz green after the remedy")
+    assert worker.metric("hotboard_redis_data_loss") == 0
+    assert _halt_field(redis_server.url, topic) is None
