@@ -191,23 +191,38 @@ class Worker:
         """Fetch and fold until stopped. An unexpected error ends the worker without a drain: a window that met
         one is not to be trusted, and the checkpoints make a restart exact."""
         self._flusher = asyncio.create_task(self._flush_loop(), name="hotboard-flush")
+        intake = asyncio.create_task(self._intake_loop(), name="hotboard-intake")
+        stopped = asyncio.create_task(self._stopping.wait())
         clean = False
         try:
-            while not self._stopping.is_set():
-                if self._flusher.done():
-                    self._flusher.result()  # raises what killed it
-                    raise RuntimeError("the flush loop ended on its own")
-                if self._failure is not None:
-                    raise self._failure
-                await self._position()
-                if await self._intake.poll():
-                    self._update_backpressure()
+            await asyncio.wait([intake, stopped], return_when=asyncio.FIRST_COMPLETED)
+            if intake.done():
+                intake.result()  # raises what ended it
             clean = True
         finally:
             self._stopping.set()
+            # A fold waiting on a frozen Redis (a watermark lookup, up to redis_timeout_s per partition) must not
+            # hold the exit past the shutdown budget: it is abandoned, which is as safe as its lookup failing.
+            # The window holds only the records folded before the wait, and the drain's checkpoints cover no more.
+            for task in (intake, stopped):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await intake
             await self._stop_flusher()
             if clean:
                 await self._drain()
+
+    async def _intake_loop(self) -> None:
+        while not self._stopping.is_set():
+            assert self._flusher is not None
+            if self._flusher.done():
+                self._flusher.result()  # raises what killed it
+                raise RuntimeError("the flush loop ended on its own")
+            if self._failure is not None:
+                raise self._failure
+            await self._position()
+            if await self._intake.poll():
+                self._update_backpressure()
 
     async def _stop_flusher(self) -> None:
         assert self._flusher is not None
