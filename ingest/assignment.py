@@ -83,6 +83,7 @@ class Assignment:
         self.pauses.forget(gone)
         for p in gone:
             self.parts.pop(p, None)
+            self._unrecorded.pop(p, None)  # its next owner decides for itself
             with contextlib.suppress(KeyError):
                 self._metrics.consumer_lag.remove(str(p))
         self.update_halts()

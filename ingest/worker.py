@@ -260,6 +260,10 @@ class Worker:
             waiting = self._assignment.waiting()
             if not waiting:
                 return
+            # A partition resumes after its checkpoint: work still pending from before its halt goes (a halted
+            # partition's checkpoint never moved past it), or it would be flushed in the epoch a lift begins.
+            self._pending.drop(waiting)
+            self._dead.drop(set(waiting))
             try:
                 run_id = await self._assignment.position(waiting)
             except TRANSIENT as exc:
