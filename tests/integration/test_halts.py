@@ -5,26 +5,35 @@ against totals computed from the log itself."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from aiokafka import TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
+from redis.asyncio import Redis
 
 from hotboard import keys
 from hotboard.codec import Event
 from hotboard.devstack import RedisServer
 from hotboard.loadgen import publish
 from ingest.partitions import HaltReason
+from ingest.settings import WorkerSettings
 from ingest.worker import Worker
 from tests.integration.conftest import Spawn
-from tests.integration.harness import Feeder, totals_of, wait_exact, wait_for
-from tests.integration.test_faults import _events, _settings, _until
+from tests.integration.harness import Feeder, read_boards, totals_of, wait_exact, wait_for
+from tests.integration.test_faults import _events, _log_starts_at, _run, _settings, _until
 
 pytestmark = pytest.mark.integration
+
+
+def _checkpoint(url: str, topic: str, partition: int = 0) -> int | None:
+    value = redis.Redis.from_url(url).hget(keys.checkpoint_key(topic), str(partition))
+    return None if value is None else int(value)
 
 
 def _halt_field(url: str, topic: str, partition: int = 0) -> bytes | None:
@@ -119,3 +128,71 @@ def test_lifting_a_log_end_halt_counts_the_new_log(
     wait_for(lambda: worker.status("/readyz") == 200, timeout_s=30, what="/readyz green after the remedy")
     assert worker.metric("hotboard_redis_data_loss") == 0
     assert _halt_field(redis_server.url, topic) is None
+
+
+@contextlib.asynccontextmanager
+async def _trimmed_worker(settings: WorkerSettings, log_start: int) -> AsyncIterator[tuple[Worker, asyncio.Task[None]]]:
+    """An in-process worker told the log starts at ``log_start`` (retention, simulated), running until the end."""
+    async with Worker(settings, handle_signals=False) as worker:
+        await _log_starts_at(worker, log_start)
+        task = asyncio.create_task(worker.run())
+        try:
+            yield worker, task
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+
+
+async def _until_exact(worker: Worker, task: asyncio.Task[None], url: str, expected: dict[str, dict[str, int]]) -> None:
+    def done() -> bool:
+        return worker.ready and read_boards(url, expected) == expected
+
+    await _until(done, task, "exact totals and /readyz green after the remedy")
+
+
+async def test_accepting_a_retention_loss_by_hset_resumes_after_it_exactly(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer
+) -> None:
+    """Retention deleted offsets 100..149 before they were applied (the log now starts at 150): halted. The
+    operator accepts the loss with ``HSET hb:ckpt:{T} 0 149``; the worker resumes at 150, exact."""
+    topic = topic_factory(1)
+    events = _events("global", 7, 200)
+    await publish(kafka, topic, events[:100])
+    settings = _settings(kafka, redis_server.url, topic, f"g-{topic}", halt_recheck_s=0.5)
+    await _run(settings, lambda w: _checkpoint(redis_server.url, topic) == 99, "checkpoint 99")
+    await publish(kafka, topic, events[100:])
+    async with _trimmed_worker(settings, 150) as (worker, task):
+        await _until(lambda: bool(worker.halted), task, "the halt")
+        assert [h.reason for h in worker.halted.values()] == [HaltReason.RETENTION_LOST]
+        await asyncio.to_thread(_redis_cli, redis_server, "HSET", keys.checkpoint_key(topic), "0", "149")
+        await _until_exact(worker, task, redis_server.url, totals_of(events[:100] + events[150:]))
+    assert _halt_field(redis_server.url, topic) is None
+
+
+async def test_restoring_redis_from_a_backup_lifts_a_redis_lost_halt_exactly(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Redis comes back empty while the log no longer starts at 0: halted (``redis_lost``). The operator
+    restores last night's snapshot (``redis-cli --rdb``, then Redis restarted on it) while the worker runs:
+    it resumes after the snapshot's checkpoint, and the events since count once."""
+    topic = topic_factory(1)
+    events = _events("global", 7, 250)
+    await publish(kafka, topic, events[:200])
+    settings = _settings(kafka, redis_server.url, topic, f"g-{topic}", halt_recheck_s=0.5)
+    await _run(settings, lambda w: _checkpoint(redis_server.url, topic) == 199, "checkpoint 199")
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    await asyncio.to_thread(_redis_cli, redis_server, "--rdb", str(backup / "dump.rdb"))
+    await publish(kafka, topic, events[200:])
+    await Redis.from_url(redis_server.url).flushall()  # the volume is lost; retention trimmed the log meanwhile
+    async with _trimmed_worker(settings, 60) as (worker, task):
+        await _until(lambda: bool(worker.halted), task, "the halt")
+        assert [h.reason for h in worker.halted.values()] == [HaltReason.REDIS_LOST]
+
+        def restore() -> None:
+            redis_server.stop()
+            redis_server.data_dir, redis_server.appendonly = backup, False
+            redis_server.start()
+
+        await asyncio.to_thread(restore)
+        await _until_exact(worker, task, redis_server.url, totals_of(events))
