@@ -193,24 +193,21 @@ class Worker:
         self._flusher = asyncio.create_task(self._flush_loop(), name="hotboard-flush")
         intake = asyncio.create_task(self._intake_loop(), name="hotboard-intake")
         stopped = asyncio.create_task(self._stopping.wait())
-        clean = False
         try:
             await asyncio.wait([intake, stopped], return_when=asyncio.FIRST_COMPLETED)
-            if intake.done():
-                intake.result()  # raises what ended it
-            clean = True
         finally:
             self._stopping.set()
+            stopped.cancel()
             # A fold waiting on a frozen Redis (a watermark lookup, up to redis_timeout_s per partition) must not
             # hold the exit past the shutdown budget: it is abandoned, which is as safe as its lookup failing.
             # The window holds only the records folded before the wait, and the drain's checkpoints cover no more.
-            for task in (intake, stopped):
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await intake
+            intake.cancel()
+            await asyncio.wait([intake])  # never raises: what ended the intake is read below
             await self._stop_flusher()
-            if clean:
-                await self._drain()
+        failure = None if intake.cancelled() else intake.exception()
+        if failure is not None:
+            raise failure
+        await self._drain()
 
     async def _intake_loop(self) -> None:
         while not self._stopping.is_set():
