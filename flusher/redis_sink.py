@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from flusher import wire
-from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, CheckpointResult, ExpectedWatermark, Outcome
+from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, ExpectedWatermark, Outcome
+from flusher.checkpoints import CheckpointHash
 from flusher.seasons import season_args
 from hotboard import earliest, keys, lua, operators
 from hotboard.board_store import DefinitionCache
@@ -40,55 +41,21 @@ MAX_GROUP = 1000
 MAX_REGISTERED = 262_144
 
 
-class RedisSink:
-    """The :class:`flusher.batch.Sink` on one Redis (or one Redis Cluster slot per board and per topic)."""
+class RedisSink(CheckpointHash):
+    """The :class:`flusher.batch.Sink` on one Redis (or one Redis Cluster slot per board and per topic); the
+    checkpoints, halts and epochs are :class:`flusher.checkpoints.CheckpointHash`'s."""
 
     def __init__(self, redis: Redis, topic: str, script_players: int = 4000) -> None:
-        self._redis = redis
-        self._topic = topic
+        super().__init__(redis, topic)
         self._script_players = script_players
-        self._fields: dict[int, str] = {}
         self._tails: dict[BoardDef, tuple[str, int, int]] = {}
         #: board -> the definition it was registered (a seasonal one: marked) under
         self._registered: dict[str, BoardDef] = {}
-
-    def field(self, partition: int) -> str:
-        return keys.watermark_field(self._topic, partition)
 
     async def server_id(self) -> str:
         """The Redis ``run_id``: it changes when the server restarts (and may have lost its last writes)."""
         info = await self._redis.info("server")
         return str(info["run_id"])
-
-    async def load_checkpoints(self, partitions: Collection[int]) -> dict[int, int]:
-        """partition -> checkpoint, for the partitions that have one."""
-        return (await self.load_positions(partitions))[0]
-
-    async def load_positions(self, partitions: Collection[int]) -> tuple[dict[int, int], dict[int, tuple[str, int]]]:
-        """One HMGET: partition -> checkpoint (where there is one), and partition -> (reason, checkpoint then)
-        of a halt recorded earlier. A halt holds while the checkpoint is unchanged (an operator lifts it by
-        writing the checkpoint, or by deleting the ``<p>:halt`` field)."""
-        ordered = list(partitions)
-        if not ordered:
-            return {}, {}
-        fields = [f for p in ordered for f in (str(p), f"{p}:halt")]
-        values = await self._redis.hmget(keys.checkpoint_key(self._topic), fields)
-        checkpoints: dict[int, int] = {}
-        halts: dict[int, tuple[str, int]] = {}
-        for i, p in enumerate(ordered):
-            checkpoint, halt = values[2 * i], values[2 * i + 1]
-            if checkpoint is not None:
-                checkpoints[p] = int(checkpoint)
-            if halt is not None:
-                reason, _, at = (halt.decode() if isinstance(halt, bytes) else str(halt)).partition(" ")
-                halts[p] = (reason, int(at))
-        return checkpoints, halts
-
-    async def record_halt(self, partition: int, reason: str, checkpoint: int) -> None:
-        await self._redis.hset(keys.checkpoint_key(self._topic), f"{partition}:halt", f"{reason} {checkpoint}")
-
-    async def clear_halt(self, partition: int) -> None:
-        await self._redis.hdel(keys.checkpoint_key(self._topic), f"{partition}:halt")
 
     async def load_watermarks(self, partition: int, boards: Collection[str]) -> tuple[dict[str, int], int]:
         """board -> the partition's watermark on it (NO_WATERMARK when it never fed the board), asked only for
@@ -98,7 +65,7 @@ class RedisSink:
         ordered = list(boards)
         # one script, one reply: the checkpoint and every watermark read atomically together (the intake asks
         # for at most a fold chunk's boards at once)
-        keys_ = [keys.checkpoint_key(self._topic), *map(keys.applied_key, ordered)]
+        keys_ = [self._key, *map(keys.applied_key, ordered)]
         checkpoint, *rows = await wire.script(self._redis, _LOOKUP, keys_, [str(partition), self.field(partition)])
         marks = {b: int(v) for b, v in zip(ordered, rows, strict=True)}
         return marks, int(checkpoint)
@@ -194,16 +161,6 @@ class RedisSink:
                 per_batch[i] = board_reply
         return [self._result(batch, reply) for batch, reply in zip(batches, per_batch, strict=True)]
 
-    async def advance_checkpoints(self, moves: dict[int, tuple[int, int]]) -> list[CheckpointResult]:
-        """``moves``: partition -> (expected, new). Each moves only from the value the worker expects."""
-        if not moves:
-            return []
-        args: list[Any] = []
-        for partition, (old, new) in moves.items():
-            args += (str(partition), old, new)
-        replies = await self._redis.eval(lua.CHECKPOINT, 1, keys.checkpoint_key(self._topic), *args)
-        return [CheckpointResult(p, int(ok) == 1, int(prev)) for p, (ok, prev) in zip(moves, replies, strict=True)]
-
     def _commands(
         self, batches: Sequence[BoardBatch], expected: ExpectedWatermark, owners: list[tuple[bool, list[int]]]
     ) -> Iterator[bytes]:
@@ -240,7 +197,7 @@ class RedisSink:
         fields = self._fields
         fence: list[Any] = [len(batch.offsets)]
         for partition, offset in batch.offsets.items():
-            field = fields.get(partition) or fields.setdefault(partition, self.field(partition))
+            field = fields.get(partition) or self.field(partition)
             fence += (field, expected(board, partition), offset)
         definition = batch.definition
         if definition.seasonal:

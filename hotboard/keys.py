@@ -78,8 +78,23 @@ def checkpoint_key(topic: str) -> str:
     return f"{PREFIX}:ckpt:{{{topic}}}"
 
 
-def watermark_field(topic: str, partition: int) -> str:
-    return f"{topic}:{partition}"
+def watermark_field(topic: str, partition: int, epoch: int = 0) -> str:
+    """The field of ``hb:{B}:applied`` holding the partition's watermark on board B, in the partition's log
+    epoch (0: ``<topic>:<partition>``; a later one after a re-created topic's halt was lifted, see
+    :mod:`flusher.checkpoints`)."""
+    return f"{topic}:{partition}" if epoch == 0 else f"{topic}:{partition}:{epoch}"
+
+
+def halt_field(partition: int) -> str:
+    """Field of ``hb:ckpt:{T}``: ``<reason> <checkpoint>`` while the partition is halted (the checkpoint Redis
+    held when the halt was recorded)."""
+    return f"{partition}:halt"
+
+
+def epoch_field(partition: int) -> str:
+    """Field of ``hb:ckpt:{T}``: the partition's log epoch (absent: 0), moved when a halt for a re-created log
+    is lifted."""
+    return f"{partition}:epoch"
 
 
 def is_valid_board(board: str) -> bool:

@@ -233,12 +233,13 @@ return commit(0, 0, n, 8, saturated)
 #: Advance per-partition checkpoints, each only from the value the worker knows. KEYS: checkpoint hash.
 #: ARGV: triples (field, expected, new); expected '-1' means "absent". Returns one {ok, previous} per triple:
 #: a mismatch (absent after a FLUSHALL, behind after a lost second, ahead after another owner) is the
-#: worker's cue to resynchronise, never overwritten.
+#: worker's cue to resynchronise, never overwritten. A halted partition's checkpoint (``<p>:halt`` present)
+#: never moves here: while it is halted only an operator writes it, and that write is what lifts the halt.
 CHECKPOINT = """
 local out = {}
 for i = 1, #ARGV, 3 do
   local cur = redis.call('HGET', KEYS[1], ARGV[i]) or '-1'
-  if cur == ARGV[i + 1] then
+  if cur == ARGV[i + 1] and redis.call('HEXISTS', KEYS[1], ARGV[i] .. ':halt') == 0 then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
     out[#out + 1] = {1, cur}
   else
@@ -248,6 +249,31 @@ end
 return out
 """
 
+
+#: Record a halt next to the checkpoint it holds at: the one Redis holds now (what an operator's write is
+#: compared against), not the one the worker knew when it decided. KEYS: checkpoint hash. ARGV: partition,
+#: reason.
+RECORD_HALT = """
+local at = redis.call('HGET', KEYS[1], ARGV[1]) or '-1'
+redis.call('HSET', KEYS[1], ARGV[1] .. ':halt', ARGV[2] .. ' ' .. at)
+return at
+"""
+
+#: Lift a halt the operator answered (wrote the checkpoint), only if it is still the one the worker read; a
+#: halt for a re-created log moves the partition's epoch in the same step (see flusher.checkpoints). KEYS:
+#: checkpoint hash. ARGV: partition, the halt as read, whether the log is new ('1'). Answers nil when the halt
+#: changed meanwhile, else {epoch, checkpoint or -1}.
+LIFT_HALT = """
+local p = ARGV[1]
+if redis.call('HGET', KEYS[1], p .. ':halt') ~= ARGV[2] then return nil end
+redis.call('HDEL', KEYS[1], p .. ':halt')
+local epoch = tonumber(redis.call('HGET', KEYS[1], p .. ':epoch') or '0')
+if ARGV[3] == '1' then
+  epoch = epoch + 1
+  redis.call('HSET', KEYS[1], p .. ':epoch', epoch)
+end
+return {epoch, tonumber(redis.call('HGET', KEYS[1], p) or '-1')}
+"""
 
 #: Look up one partition's watermarks on many boards (single Redis: the keys span slots, as FLUSH's do; a
 #: Redis Cluster sink asks per slot). KEYS: checkpoint hash, then each board's applied hash. ARGV: the

@@ -36,8 +36,9 @@ class Assignment:
         self._consumer = consumer
         self._sink = sink
         self._metrics = metrics
-        #: Halts decided but not yet recorded in Redis (recorded at the next positioning or flush).
-        self._unrecorded: dict[int, tuple[str, int]] = {}
+        #: Halts decided but not yet recorded in Redis (recorded at the next positioning or flush): partition ->
+        #: reason.
+        self._unrecorded: dict[int, str] = {}
 
     @property
     def ready(self) -> bool:
@@ -82,6 +83,7 @@ class Assignment:
         self.pauses.forget(gone)
         for p in gone:
             self.parts.pop(p, None)
+            self._unrecorded.pop(p, None)  # its next owner decides for itself
             with contextlib.suppress(KeyError):
                 self._metrics.consumer_lag.remove(str(p))
         self.update_halts()
@@ -125,18 +127,27 @@ class Assignment:
                 self.halt(self.parts[p], Halt(HaltReason(reason), detail), record=False)
                 continue
             if recorded is not None:
-                await self._sink.clear_halt(p)
-                log.warning("partition %d: the checkpoint was written since its halt (%s); resuming", p, recorded[0])
+                # the operator wrote the checkpoint: a re-created log's offsets start over, so its boards'
+                # watermarks (the old log's) are left behind in the old epoch
+                new_log = recorded[0] == HaltReason.BEYOND_LOG_END.value
+                lifted = await self._sink.lift_halt(p, recorded, new_log)
+                if lifted is None or p not in self.parts:
+                    continue  # the halt changed meanwhile (or the partition went): position it again
+                checkpoint = None if lifted == NO_WATERMARK else lifted
+                log.warning("partition %d: the checkpoint was written since its halt (%s); resuming%s", p,
+                            recorded[0], " in a new log epoch" if new_log else "")  # fmt: skip
             self._position_one(p, tp, checkpoint, committed.get(p), starts[tp])
         await self.record_halts()
         self.update_halts()
         return run_id
 
     async def record_halts(self) -> None:
-        """Halts survive restarts: recorded next to the checkpoint, with the checkpoint they were decided at."""
+        """Halts survive restarts: recorded next to the checkpoint, with the checkpoint Redis holds then. From
+        then on no worker moves it (the flush skips halted partitions, the checkpoint script refuses them), so a
+        different one later is an operator's doing, never the flush of work pending when the halt was decided."""
         while self._unrecorded:
-            p, (reason, checkpoint) = next(iter(self._unrecorded.items()))
-            await self._sink.record_halt(p, reason, checkpoint)
+            p, reason = next(iter(self._unrecorded.items()))
+            await self._sink.record_halt(p, reason)
             self._unrecorded.pop(p, None)
 
     def _position_one(
@@ -145,7 +156,7 @@ class Assignment:
         state = self.parts[p]
         decision = position(checkpoint, committed, start)
         if isinstance(decision, Halt):
-            self.halt(state, decision, checkpoint=NO_WATERMARK if checkpoint is None else checkpoint)
+            self.halt(state, decision)
             return
         self._consumer.seek(tp, decision.offset)
         state.reset(NO_WATERMARK if checkpoint is None else checkpoint, decision.offset)
@@ -156,12 +167,11 @@ class Assignment:
         self.release([p], PauseReason.POSITIONING)
         log.info("partition %d resumes at %d (checkpoint %s)", p, decision.offset, checkpoint)
 
-    def halt(self, state: PartitionState, halt: Halt, *, record: bool = True, checkpoint: int | None = None) -> None:
+    def halt(self, state: PartitionState, halt: Halt, *, record: bool = True) -> None:
         """History is gone: do not guess. An operator restores Redis or writes the checkpoint (README)."""
         first = state.halted is None or state.halted.reason != halt.reason
         if record:
-            at = state.checkpoint if checkpoint is None else checkpoint
-            self._unrecorded[state.partition] = (halt.reason.value, at)
+            self._unrecorded[state.partition] = halt.reason.value
         state.ready = False
         state.halted = halt
         state.recheck_at = time.monotonic() + self.settings.halt_recheck_s

@@ -146,7 +146,9 @@ class Intake:
                         known = (state.checkpoint, state.advancing)
                         marks, checkpoint = await self._sink.load_watermarks(tp.partition, unknown)
                 except TRANSIENT as exc:
-                    self._consumer.seek(tp, state.next_offset)  # fetched again once Redis answers
+                    if self._assignment.ready_state(tp.partition) is state:
+                        self._consumer.seek(tp, state.next_offset)  # fetched again once Redis answers
+                    # else a rebalance took it (or a resync repositions it) while we waited: not ours to seek
                     self._on_redis_changed(False)  # did it restart? the next flush asks first
                     log.warning("cannot read watermarks of partition %d (%r); retrying", tp.partition, exc)
                     await wait_or_stop(self._stopping, self._backoff.next_delay())

@@ -195,24 +195,36 @@ class Worker:
         """Fetch and fold until stopped. An unexpected error ends the worker without a drain: a window that met
         one is not to be trusted, and the checkpoints make a restart exact."""
         self._flusher = asyncio.create_task(self._flush_loop(), name="hotboard-flush")
-        clean = False
+        intake = asyncio.create_task(self._intake_loop(), name="hotboard-intake")
+        stopped = asyncio.create_task(self._stopping.wait())
         try:
-            await self._check_redis()
-            while not self._stopping.is_set():
-                if self._flusher.done():
-                    self._flusher.result()  # raises what killed it
-                    raise RuntimeError("the flush loop ended on its own")
-                if self._failure is not None:
-                    raise self._failure
-                await self._position()
-                if await self._intake.poll():
-                    self._update_backpressure()
-            clean = True
+            await asyncio.wait([intake, stopped], return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._stopping.set()
+            stopped.cancel()
+            # A fold waiting on a frozen Redis (a watermark lookup, up to redis_timeout_s per partition) must not
+            # hold the exit past the shutdown budget: it is abandoned, which is as safe as its lookup failing.
+            # The window holds only the records folded before the wait, and the drain's checkpoints cover no more.
+            intake.cancel()
+            await asyncio.wait([intake])  # never raises: what ended the intake is read below
             await self._stop_flusher()
-            if clean:
-                await self._drain()
+        failure = None if intake.cancelled() else intake.exception()
+        if failure is not None:
+            raise failure
+        await self._drain()
+
+    async def _intake_loop(self) -> None:
+        await self._check_redis()
+        while not self._stopping.is_set():
+            assert self._flusher is not None
+            if self._flusher.done():
+                self._flusher.result()  # raises what killed it
+                raise RuntimeError("the flush loop ended on its own")
+            if self._failure is not None:
+                raise self._failure
+            await self._position()
+            if await self._intake.poll():
+                self._update_backpressure()
 
     async def _stop_flusher(self) -> None:
         assert self._flusher is not None
@@ -268,6 +280,10 @@ class Worker:
             waiting = self._assignment.waiting()
             if not waiting:
                 return
+            # A partition resumes after its checkpoint: work still pending from before its halt goes (a halted
+            # partition's checkpoint never moved past it), or it would be flushed in the epoch a lift begins.
+            self._pending.drop(waiting)
+            self._dead.drop(set(waiting))
             try:
                 run_id = await self._assignment.position(waiting)
             except TRANSIENT as exc:
@@ -445,8 +461,8 @@ class Worker:
         moves: dict[int, tuple[int, int]] = {}
         for p, last in window.offsets().items():
             state = self._assignment.parts.get(p)
-            if state is None:
-                continue
+            if state is None or state.halted is not None:
+                continue  # a halted partition's checkpoint is the operator's to move (its boards took the window)
             new = min(last, lowest_letter.get(p, last + 1) - 1)
             if new > state.checkpoint:
                 moves[p] = (state.checkpoint, new)

@@ -104,3 +104,37 @@ async def test_checkpoints_move_only_from_the_expected_value(redis_client: Redis
     await redis_client.flushall()
     [gone] = await sink.advance_checkpoints({1: (9, 20)})
     assert not gone.ok and gone.previous == NO_WATERMARK
+
+
+async def test_a_halt_pins_its_checkpoint_and_a_lift_for_a_new_log_moves_the_epoch(redis_client: Redis) -> None:
+    sink = RedisSink(redis_client, "scores")
+    ckpt = keys.checkpoint_key("scores")
+    await redis_client.hset(ckpt, "0", 40)
+    await sink.record_halt(0, "beyond_log_end")
+    assert await redis_client.hget(ckpt, "0:halt") == b"beyond_log_end 40"  # the checkpoint Redis holds
+    [refused] = await sink.advance_checkpoints({0: (40, 45)})
+    assert not refused.ok and await redis_client.hget(ckpt, "0") == b"40", "a halted checkpoint is the operator's"
+
+    await redis_client.hdel(ckpt, "0")  # the operator: replay the new log from its start
+    assert await sink.lift_halt(0, ("beyond_log_end", 39), new_log=True) is None, "not the halt recorded"
+    assert await sink.lift_halt(0, ("beyond_log_end", 40), new_log=True) == NO_WATERMARK
+    assert await redis_client.hmget(ckpt, ["0:halt", "0:epoch"]) == [None, b"1"]
+    assert sink.field(0) == "scores:0:1"
+
+    # the epoch is read with the positions; a lift for the same log keeps it
+    other = RedisSink(redis_client, "scores")
+    await other.load_positions([0])
+    assert other.field(0) == "scores:0:1"
+    await redis_client.hset(ckpt, "0", 7)
+    await other.record_halt(0, "retention_lost")
+    await redis_client.hset(ckpt, "0", 9)
+    assert await other.lift_halt(0, ("retention_lost", 7), new_log=False) == 9
+    assert (await redis_client.hget(ckpt, "0:epoch"), other.field(0)) == (b"1", "scores:0:1")
+
+    # the flush and the lookup use the epoch's field: the old log's watermark on the board is not this log's
+    await redis_client.hset(keys.applied_key("g"), "scores:0", 1000)
+    marks, checkpoint = await other.load_watermarks(0, ["g"])
+    assert (marks, checkpoint) == ({"g": NO_WATERMARK}, 9)
+    [applied] = await other.flush([BoardBatch("g", {"a": 1}, {0: 10})], _expect({}))
+    assert applied.outcome is Outcome.APPLIED
+    assert await redis_client.hgetall(keys.applied_key("g")) == {b"scores:0": b"1000", b"scores:0:1": b"10"}

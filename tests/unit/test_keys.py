@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hotboard import keys
+from hotboard import keys, lua
 
 
 def test_layout() -> None:
@@ -12,6 +12,10 @@ def test_layout() -> None:
     assert keys.applied_key("global") == "hb:{global}:applied"
     assert keys.meta_key("global") == "hb:{global}:meta"
     assert keys.watermark_field("scores", 3) == "scores:3"
+    assert keys.watermark_field("scores", 3, epoch=2) == "scores:3:2"
+    # the checkpoint hash's per-partition fields; the Lua scripts build the same names from the partition
+    assert (keys.halt_field(3), keys.epoch_field(3)) == ("3:halt", "3:epoch")
+    assert "':halt'" in lua.CHECKPOINT and "':halt'" in lua.LIFT_HALT and "':epoch'" in lua.LIFT_HALT
     assert keys.BOARD_INDEX_KEY == "hb:board-index"
     for make, suffix in ((keys.def_key, "def"), (keys.player_meta_key, "pmeta"), (keys.members_key, "members"),
                          (keys.dense_key, "dense"), (keys.counts_key, "counts")):  # fmt: skip
