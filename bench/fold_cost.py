@@ -10,6 +10,7 @@ benchmark's load), and ``mix``, declared boards of every kind (``best``, ``dense
 seasonal board) beside a plain one.
 
     python -m bench.fold_cost [--events 20000] [--case incr|mix]...
+    python -m bench.fold_cost --memory 1000000   # RSS per million pending board-player pairs
 
 Instrumentation and collection are switched on only around the measured call (callgrind's client requests,
 compiled with gcc into a small library loaded through ctypes), so interpreter start-up, imports and the warm-up
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import gc
 import os
 import re
 import subprocess
@@ -54,6 +56,7 @@ BATCH = 5000
 #: A fixed event time and record time (2026-12-01T12:00Z): a fixed input, and inside a weekly period.
 TS_MS = 1_796_126_400_000
 CASES = ("incr", "mix")
+CASE_NAMES = {"incr": "4 undeclared boards, plain incr", "mix": "plain, best, dense, earliest, weekly seasonal"}
 #: The mix: board -> definition (None: undeclared, plain incr).
 MIX: dict[str, BoardDef | None] = {
     "plain": None,
@@ -187,6 +190,31 @@ def inner(case: str, count: int) -> None:
     print(f"folded {folded}")
 
 
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def pending_memory(pairs: int, boards: int = 10) -> tuple[int, int]:
+    """(pending board-player pairs, resident bytes they added) after folding ``pairs`` distinct pairs (``boards``
+    boards x ``pairs / boards`` players) through the intake, in chunks so the records themselves come and go.
+    What pymalloc keeps of the freed records and parses after the fold counts too: this is what a worker holds."""
+    it = intake("incr")
+    offsets = dict.fromkeys(range(PARTITIONS), 0)
+    players = pairs // boards
+    names = [f"guild-{b}" for b in range(boards)]
+    chunk = 50_000
+    gc.collect()
+    before = rss_bytes()
+    for start in range(0, players * boards, chunk):
+        evs = [Event(names[i % boards], f"p-{i // boards}", 1 + i % 7, TS_MS) for i in range(start, start + chunk)]
+        for b in batches(evs, offsets):
+            run_sync(it.fold(b))
+        del evs
+    gc.collect()
+    return it._pending.entries, rss_bytes() - before
+
+
 def count_instructions(case: str, count: int) -> tuple[float, int]:
     """(instructions per event, events folded) of ``case`` under callgrind."""
     with tempfile.TemporaryDirectory(prefix="fold-cost-") as tmp:
@@ -203,12 +231,31 @@ def count_instructions(case: str, count: int) -> tuple[float, int]:
         return int(totals[-1]) / count, folded
 
 
+def figures(events: int, pairs: int) -> list[str]:
+    """The benchmark's lines: instructions per event of each case, and the memory of ``pairs`` pending pairs
+    (measured in a fresh process, so nothing else of the benchmark's heap is in it)."""
+    lines = [f"fold cost (python -m bench.fold_cost, callgrind, {events:,} fixed events after a warm-up):"]
+    for case in CASES:
+        per_event, _ = count_instructions(case, events)
+        lines.append(f"  instructions per event, {case} ({CASE_NAMES[case]}): {per_event:,.0f}")
+    memory = subprocess.run([sys.executable, "-m", "bench.fold_cost", "--memory", str(pairs)], capture_output=True,
+                            text=True, timeout=600, check=True)  # fmt: skip
+    lines.append(f"  {memory.stdout.strip()} (python -m bench.fold_cost --memory {pairs})")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.fold_cost", description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--case", choices=CASES, action="append")
+    ap.add_argument("--memory", type=int, metavar="PAIRS", help="RSS of PAIRS pending board-player pairs instead")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.memory:
+        entries, rss = pending_memory(args.memory)
+        print(f"pending memory: {entries:,} board-player pairs pending, RSS +{rss / 2**20:,.0f} MiB = "
+              f"{rss / 2**20 / (entries / 1e6):,.0f} MiB per million pairs")  # fmt: skip
+        return 0
     cases = args.case or list(CASES)
     if args.inner:
         inner(cases[0], args.events)

@@ -35,8 +35,10 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
+from orjson import loads
 from redis.asyncio import Redis
 
+from bench import fold_cost
 from flusher.batch import (
     BOOKKEEPING_WRITES_PER_BOARD,
     CHECKPOINT_WRITES_PER_PARTITION,
@@ -59,6 +61,9 @@ TOPIC = "bench-scores"
 WRITE_COMMANDS = ("zincrby", "hset", "hincrby")
 REDIS_BENCHMARK = "/usr/bin/redis-benchmark"
 SESSION_TIMEOUT_MS = 6000
+#: Fixed events whose fold is counted under callgrind, and pending pairs whose memory is measured.
+FOLD_EVENTS = 20_000
+MEMORY_PAIRS = 1_000_000
 clock = time.perf_counter
 
 
@@ -132,9 +137,12 @@ def ceiling_config(settings: WorkerSettings) -> dict[str, Any]:
     }
 
 
-async def fetch_ceiling(bootstrap: str, pre: Preload, settings: WorkerSettings, timeout_s: float) -> FetchRun:
+async def fetch_ceiling(
+    bootstrap: str, pre: Preload, settings: WorkerSettings, timeout_s: float, decode: bool = False
+) -> FetchRun:
     """Fetch-only consumer in its own fresh group: counts records, spot-checks the last one per batch (a dict
-    lookup per partition per getmany, negligible) so the offset model of our preload is verified for free."""
+    lookup per partition per getmany, negligible) so the offset model of our preload is verified for free.
+    ``decode``: also ``orjson.loads`` every value (the least a consumer of JSON events does: the second ceiling)."""
     consumer = AIOKafkaConsumer(**{**ceiling_config(settings), "bootstrap_servers": bootstrap})
     consumer.subscribe([TOPIC])
     await asyncio.wait_for(consumer.start(), 30)
@@ -154,6 +162,9 @@ async def fetch_ceiling(bootstrap: str, pre: Preload, settings: WorkerSettings, 
             got = 0
             for tp, records in batch.items():
                 got += len(records)
+                if decode:
+                    for record in records:
+                        loads(record.value)
                 last = records[-1]
                 span = last.offset - records[0].offset + 1
                 idx = by_partition[tp.partition]
@@ -550,6 +561,7 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
     # Ceiling and worker runs alternate, so drifting load on this shared machine hits both alike; each side is
     # reported by its best run (and its median, in the details).
     ceilings: list[FetchRun] = []
+    decoding: list[FetchRun] = []
     wruns: list[WorkerRun] = []
     redis = Redis.from_url(redis_url, socket_timeout=60)
     try:
@@ -559,6 +571,11 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
                 ceilings.append(await bounded("ceiling", fetch_ceiling(bootstrap, pre, settings, 120), 150))
                 c = ceilings[-1]
                 print(f"ceiling run: {c.rate:,.0f} events/s (python CPU {c.cpu_s / (c.t_end - c.t_first):.0%} of wall)")
+                decoding.append(await bounded("ceiling", fetch_ceiling(bootstrap, pre, settings, 120, True), 150))
+                c = decoding[-1]
+                print(
+                    f"aiokafka + orjson run: {c.rate:,.0f} events/s (python CPU {c.cpu_s / (c.t_end - c.t_first):.0%})"
+                )
             await redis.flushall(asynchronous=False)  # every worker run starts from empty boards
             aof_start = aof_offsets(redis_server.data_dir)
             with PySpy(args.pyspy if i == 0 else None):
@@ -604,6 +621,12 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
             ">= 0.70",
         ),
     ]
+    decoded = max((c.rate for c in decoding), default=0.0)
+    if decoded:
+        rows.append(
+            ("1b. worker end to end vs aiokafka + orjson.loads (events/s)", fmt_rate(wrate), fmt_rate(decoded),
+             f"{wrate / decoded:.2f}", ""),
+        )  # fmt: skip
     if flushes:
         fl = statistics.median(100_000 / f.seconds for f in flushes)
         ref = statistics.median(rb)
@@ -651,6 +674,19 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
             f"median of {len(wruns)} runs: worker {statistics.median(wrates):,.0f} vs ceiling "
             f"{statistics.median(crates):,.0f} events/s = {statistics.median(wrates) / statistics.median(crates):.2f}"
         )
+    for i, (c, d, w) in enumerate(zip(ceilings, decoding, wruns, strict=False)):
+        # each triple ran back to back: the fairest pairing on a machine whose load drifts
+        wr = w.rate(n)
+        w_cpu = (n - w.first_batch) / max(1e-9, w.cpu_committed - w.cpu_first)
+        c_cpu, d_cpu = ((x.events - x.first_batch) / max(1e-9, x.cpu_s) for x in (c, d))
+        print(
+            f"run {i + 1}: worker {wr:,.0f} / fetch-only {c.rate:,.0f} = {wr / c.rate:.2f}, / aiokafka+orjson "
+            f"{d.rate:,.0f} = {wr / d.rate:.2f}; per CPU-second of this process (less moved by other load): "
+            f"worker {w_cpu:,.0f} / fetch-only {c_cpu:,.0f} = {w_cpu / c_cpu:.2f}, / aiokafka+orjson {d_cpu:,.0f} = "
+            f"{w_cpu / d_cpu:.2f}"
+        )
+    if not args.skip_callgrind:
+        print("\n".join(await asyncio.to_thread(fold_cost.figures, FOLD_EVENTS, MEMORY_PAIRS)))
     # ------------------------------------------------------------------ details
     print("details:")
     for i, c in enumerate(ceilings):
@@ -716,6 +752,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--runs", type=int, default=3, help="alternating fetch-only and worker runs; best of each")
     ap.add_argument("--skip-ceiling", action="store_true", help="profiling runs: worker phase only")
     ap.add_argument("--skip-flush", action="store_true", help="profiling runs: no flush-rate section")
+    ap.add_argument("--skip-callgrind", action="store_true", help="no fold instruction counts, no memory figure")
     ap.add_argument("--pyspy", metavar="FILE", help="py-spy raw stacks of the worker phase (perturbs figures)")
     return ap.parse_args(argv)
 
