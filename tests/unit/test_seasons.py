@@ -89,6 +89,6 @@ def test_one_route_call_decides_each_event_as_alone_across_period_edges() -> Non
     alone = [route([r], decode_all([r], Decoder()), defs)[0][0] for r in records]
     assert len({f[0] for f in together if type(f) is tuple}) > 4  # several periods of both boards met
     assert any(isinstance(f, InvalidEvent) for f in together)  # and some refused
-    assert [f if type(f) is tuple else f.reason for f in together] == [
-        f if type(f) is tuple else f.reason for f in alone
+    assert [f.reason if isinstance(f, InvalidEvent) else f for f in together] == [
+        f.reason if isinstance(f, InvalidEvent) else f for f in alone
     ]
