@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import gc
 import io
 import itertools
 import logging
@@ -35,8 +36,10 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
+from orjson import loads
 from redis.asyncio import Redis
 
+from bench import fold_cost
 from flusher.batch import (
     BOOKKEEPING_WRITES_PER_BOARD,
     CHECKPOINT_WRITES_PER_PARTITION,
@@ -59,6 +62,9 @@ TOPIC = "bench-scores"
 WRITE_COMMANDS = ("zincrby", "hset", "hincrby")
 REDIS_BENCHMARK = "/usr/bin/redis-benchmark"
 SESSION_TIMEOUT_MS = 6000
+#: Fixed events whose fold is counted under callgrind, and pending pairs whose memory is measured.
+FOLD_EVENTS = 20_000
+MEMORY_PAIRS = 1_000_000
 clock = time.perf_counter
 
 
@@ -132,9 +138,12 @@ def ceiling_config(settings: WorkerSettings) -> dict[str, Any]:
     }
 
 
-async def fetch_ceiling(bootstrap: str, pre: Preload, settings: WorkerSettings, timeout_s: float) -> FetchRun:
+async def fetch_ceiling(
+    bootstrap: str, pre: Preload, settings: WorkerSettings, timeout_s: float, decode: bool = False
+) -> FetchRun:
     """Fetch-only consumer in its own fresh group: counts records, spot-checks the last one per batch (a dict
-    lookup per partition per getmany, negligible) so the offset model of our preload is verified for free."""
+    lookup per partition per getmany, negligible) so the offset model of our preload is verified for free.
+    ``decode``: also ``orjson.loads`` every value (the least a consumer of JSON events does: the second ceiling)."""
     consumer = AIOKafkaConsumer(**{**ceiling_config(settings), "bootstrap_servers": bootstrap})
     consumer.subscribe([TOPIC])
     await asyncio.wait_for(consumer.start(), 30)
@@ -154,6 +163,9 @@ async def fetch_ceiling(bootstrap: str, pre: Preload, settings: WorkerSettings, 
             got = 0
             for tp, records in batch.items():
                 got += len(records)
+                if decode:
+                    for record in records:
+                        loads(record.value)
                 last = records[-1]
                 span = last.offset - records[0].offset + 1
                 idx = by_partition[tp.partition]
@@ -541,6 +553,11 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
     await bounded("create topic", create_topic(bootstrap, TOPIC, args.partitions), 30)
     await bounded("create dlq topic", create_topic(bootstrap, f"{TOPIC}.dlq", 1), 30)
     pre = await bounded("preload", preload(bootstrap, args), 300)
+    if args.gc_freeze:
+        # Our copy of the events (a million tuples) is in neither system under test: frozen out of the cyclic
+        # GC's generations, no full collection of a ceiling or a worker run walks it (each costs ~100 ms).
+        gc.collect()
+        gc.freeze()
     n = len(pre.events)
     print(f"preloaded {n:,} events in {pre.seconds:.1f}s; per partition: {[pre.end(p) for p in pre.by_partition]}")
 
@@ -550,6 +567,7 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
     # Ceiling and worker runs alternate, so drifting load on this shared machine hits both alike; each side is
     # reported by its best run (and its median, in the details).
     ceilings: list[FetchRun] = []
+    decoding: list[FetchRun] = []
     wruns: list[WorkerRun] = []
     redis = Redis.from_url(redis_url, socket_timeout=60)
     try:
@@ -559,6 +577,11 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
                 ceilings.append(await bounded("ceiling", fetch_ceiling(bootstrap, pre, settings, 120), 150))
                 c = ceilings[-1]
                 print(f"ceiling run: {c.rate:,.0f} events/s (python CPU {c.cpu_s / (c.t_end - c.t_first):.0%} of wall)")
+                decoding.append(await bounded("ceiling", fetch_ceiling(bootstrap, pre, settings, 120, True), 150))
+                c = decoding[-1]
+                print(
+                    f"aiokafka + orjson run: {c.rate:,.0f} events/s (python CPU {c.cpu_s / (c.t_end - c.t_first):.0%})"
+                )
             await redis.flushall(asynchronous=False)  # every worker run starts from empty boards
             aof_start = aof_offsets(redis_server.data_dir)
             with PySpy(args.pyspy if i == 0 else None):
@@ -604,6 +627,12 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
             ">= 0.70",
         ),
     ]
+    decoded = max((c.rate for c in decoding), default=0.0)
+    if decoded:
+        rows.append(
+            ("1b. worker end to end vs aiokafka + orjson.loads (events/s)", fmt_rate(wrate), fmt_rate(decoded),
+             f"{wrate / decoded:.2f}", ""),
+        )  # fmt: skip
     if flushes:
         fl = statistics.median(100_000 / f.seconds for f in flushes)
         ref = statistics.median(rb)
@@ -651,6 +680,19 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
             f"median of {len(wruns)} runs: worker {statistics.median(wrates):,.0f} vs ceiling "
             f"{statistics.median(crates):,.0f} events/s = {statistics.median(wrates) / statistics.median(crates):.2f}"
         )
+    for i, (c, d, w) in enumerate(zip(ceilings, decoding, wruns, strict=False)):
+        # each triple ran back to back: the fairest pairing on a machine whose load drifts
+        wr = w.rate(n)
+        w_cpu = (n - w.first_batch) / max(1e-9, w.cpu_committed - w.cpu_first)
+        c_cpu, d_cpu = ((x.events - x.first_batch) / max(1e-9, x.cpu_s) for x in (c, d))
+        print(
+            f"run {i + 1}: worker {wr:,.0f} / fetch-only {c.rate:,.0f} = {wr / c.rate:.2f}, / aiokafka+orjson "
+            f"{d.rate:,.0f} = {wr / d.rate:.2f}; per CPU-second of this process (less moved by other load): "
+            f"worker {w_cpu:,.0f} / fetch-only {c_cpu:,.0f} = {w_cpu / c_cpu:.2f}, / aiokafka+orjson {d_cpu:,.0f} = "
+            f"{w_cpu / d_cpu:.2f}"
+        )
+    if not args.skip_callgrind:
+        print("\n".join(await asyncio.to_thread(fold_cost.figures, FOLD_EVENTS, MEMORY_PAIRS)))
     # ------------------------------------------------------------------ details
     print("details:")
     for i, c in enumerate(ceilings):
@@ -716,6 +758,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--runs", type=int, default=3, help="alternating fetch-only and worker runs; best of each")
     ap.add_argument("--skip-ceiling", action="store_true", help="profiling runs: worker phase only")
     ap.add_argument("--skip-flush", action="store_true", help="profiling runs: no flush-rate section")
+    ap.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="keep the benchmark's own copy of the events out of the cyclic GC (off: the figures of issue 17)",
+    )
+    ap.add_argument("--skip-callgrind", action="store_true", help="no fold instruction counts, no memory figure")
     ap.add_argument("--pyspy", metavar="FILE", help="py-spy raw stacks of the worker phase (perturbs figures)")
     return ap.parse_args(argv)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal, get_args
 
@@ -62,6 +62,11 @@ class BoardDef:
     reset: str = NEVER
     keep: int = DEFAULT_KEEP
     grace_ms: int = DEFAULT_GRACE_MS
+    #: Derived once here, read per event by the folds (attributes, not properties: no call per read).
+    seasonal: bool = field(init=False, repr=False, compare=False)
+    #: Events of the board's own operator fold by ``+=`` and flush by ZINCRBY (the fast path).
+    summable: bool = field(init=False, repr=False, compare=False)
+    earliest: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("order", self.order, ORDERS), ("operator", self.operator, OPERATORS),
@@ -78,6 +83,12 @@ class BoardDef:
             raise DefinitionError(f"keep must be an integer between 0 and {MAX_KEEP}, got {self.keep!r}")
         if type(self.grace_ms) is not int or self.grace_ms < 0:
             raise DefinitionError(f"grace_ms must be a non-negative integer, got {self.grace_ms!r}")
+        seasonal = self.reset != NEVER
+        object.__setattr__(self, "seasonal", seasonal)
+        object.__setattr__(
+            self, "summable", self.operator == "incr" and self.ties in ("shared", "lexical") and not seasonal
+        )
+        object.__setattr__(self, "earliest", self.ties == "earliest")
 
     @property
     def spec(self) -> str:
@@ -87,21 +98,8 @@ class BoardDef:
         return base if not self.seasonal else f"{base}|{self.reset}|{self.keep}|{self.grace_ms}"
 
     @property
-    def seasonal(self) -> bool:
-        return self.reset != NEVER
-
-    @property
     def schedule(self) -> Schedule:
         return schedule_of(self.reset)
-
-    @property
-    def summable(self) -> bool:
-        """Events of the board's own operator fold by ``+=`` and flush by ZINCRBY (the fast path)."""
-        return self.operator == "incr" and self.ties in ("shared", "lexical") and not self.seasonal
-
-    @property
-    def earliest(self) -> bool:
-        return self.ties == "earliest"
 
     @property
     def sign(self) -> int:

@@ -26,7 +26,7 @@ from hotboard.timing import Backoff, wait_or_stop
 from ingest import seasons
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
-from ingest.lenient_records import UNDECODABLE, lenient_fetches, unreadable_header
+from ingest.lenient_records import UNDECODABLE, lenient_fetches, lenient_walks, unreadable_header
 from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason
 from ingest.pending import Pending
@@ -103,8 +103,12 @@ class Intake:
         applied = invalid = duplicate = 0
         for tp, records in batch.items():
             # A record the lenient parser read (a header name that is not UTF-8) may arrive in any fetch after a
-            # lenient walk, so every batch is checked: at C speed for the usual records without headers.
-            if any(map(_HEADERS, records)) and any(unreadable_header(r) for r in records if r.headers):
+            # lenient walk, so every batch is checked from the first walk on: at C speed for records without headers.
+            if (
+                lenient_walks()
+                and any(map(_HEADERS, records))
+                and any(unreadable_header(r) for r in records if r.headers)
+            ):
                 results = await self._fold_leniently(tp, records)
             else:
                 results = await self._fold_partition(tp, records)

@@ -76,9 +76,22 @@ class _LenientMemoryRecords(_MemoryRecordsPy):  # type: ignore[misc]
         return super().next_batch(*args)
 
 
+class _Walks:
+    """How many lenient walks this process began: process-wide, as the patch itself is."""
+
+    count = 0
+
+
+def lenient_walks() -> int:
+    """Lenient walks begun in this process. Until the first, no record can carry a header name that is not
+    UTF-8 (the strict parser refuses the whole batch instead), so the intake skips the per-record check."""
+    return _Walks.count
+
+
 @contextlib.contextmanager
 def lenient_fetches() -> Iterator[None]:
     """Fetch responses that arrive meanwhile are parsed leniently (process-wide: one consumer per worker)."""
+    _Walks.count += 1  # before the patch: a record parsed leniently is never folded unchecked
     original = fetcher.MemoryRecords
     fetcher.MemoryRecords = _LenientMemoryRecords
     try:

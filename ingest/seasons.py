@@ -30,9 +30,15 @@ def route(
     letter: ``period_closed``, or no event time at all), and ``defs`` extended with the period boards."""
     out: list[Decoded] = []
     out_defs = dict(defs)
+    seasonal = {b: d for b, d in defs.items() if isinstance(d, BoardDef) and d.seasonal}
+    if not seasonal:
+        return list(decoded), out_defs
+    #: board -> its last period, that period's expiry and board name: a period is [start, end), so an event
+    #: time inside it needs no calendar arithmetic
+    last: dict[str, tuple[Period, int, str]] = {}
     for record, fields in zip(records, decoded, strict=True):
-        definition = defs.get(fields[0]) if type(fields) is tuple else None
-        if not isinstance(definition, BoardDef) or not definition.seasonal:
+        definition = seasonal.get(fields[0]) if type(fields) is tuple else None
+        if definition is None:
             out.append(fields)
             continue
         assert type(fields) is tuple
@@ -42,12 +48,18 @@ def route(
             out.append(InvalidEvent(Reason.MISSING_FIELD, "ts is required on a seasonal board when the record has "
                                     "no timestamp"))  # fmt: skip
             continue
-        try:
-            period = definition.schedule.period_of(ts)
-            expires = _expiry(period, definition)
-        except (ValueError, OverflowError):  # near year 9999: no calendar holds it, or its expiry
-            out.append(InvalidEvent(Reason.OUT_OF_RANGE, f"event time {ts} ms has no period that can expire"))
-            continue
+        hit = last.get(fields[0])
+        if hit is not None and hit[0].start_ms <= ts < hit[0].end_ms:
+            period, expires, name = hit
+        else:
+            try:
+                period = definition.schedule.period_of(ts)
+                expires = _expiry(period, definition)
+            except (ValueError, OverflowError):  # near year 9999: no calendar holds it, or its expiry
+                out.append(InvalidEvent(Reason.OUT_OF_RANGE, f"event time {ts} ms has no period that can expire"))
+                continue
+            name = period_board(fields[0], period.id)
+            last[fields[0]] = (period, expires, name)
         if written >= 0 and period.start_ms - written > period.end_ms - period.start_ms:
             # more than a period ahead of the record: a period nobody reads, kept until expires (maybe 2126)
             out.append(InvalidEvent(Reason.OUT_OF_RANGE, f"event time {ts} is more than a period past the "
@@ -57,7 +69,6 @@ def route(
             why = f"event time {ts} is in period {period.id}, closed at {period.end_ms} (+{definition.grace_ms} ms)"
             out.append(InvalidEvent(Reason.PERIOD_CLOSED, f"{why}; record written at {written}"))
             continue
-        name = period_board(fields[0], period.id)
         out_defs[name] = definition
         out.append((name, *fields[1:]))
     return out, out_defs

@@ -11,6 +11,9 @@ else
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
   command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+  # the fold's instruction-count guard (tests/unit/test_fold_cost.py): callgrind, and gcc for its client requests
+  command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
+  command -v gcc >/dev/null 2>&1 || need+=(gcc)
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 fi
 if [ ${#need[@]} -gt 0 ]; then

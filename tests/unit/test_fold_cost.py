@@ -1,0 +1,33 @@
+"""The fold's cost, counted: instructions per event of the intake's fold on a fixed batch under callgrind
+(:mod:`bench.fold_cost`). Counts, not seconds, so a machine shared with five test suites cannot fool it: the
+same code gives the same count to within a few instructions, run after run.
+
+The budgets are today's measurement plus 10%: the count moves by about 2% when unrelated code changes the
+interpreter's memory layout, and the code before issue 17 measured 10,838 (incr) and 45,883 (mix) here. A change
+that makes the fold slower fails; one that makes it faster should lower the budget.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from bench.fold_cost import count_instructions
+
+#: Instructions per event measured with ``python -m bench.fold_cost --events 5000`` (issue 17), + 10%.
+MEASURED = {"incr": 9_417, "mix": 27_995}
+BUDGET = {case: round(n * 1.10) for case, n in MEASURED.items()}
+EVENTS = 5000
+
+
+@pytest.mark.parametrize("case", sorted(BUDGET))
+def test_fold_instructions_per_event_stay_within_budget(case: str) -> None:
+    missing = [tool for tool in ("valgrind", "gcc") if shutil.which(tool) is None]
+    assert not missing, f"{missing} not installed: run scripts/install-system-deps.sh"
+    per_event, folded = count_instructions(case, EVENTS)
+    assert folded > EVENTS, "the measured batches were not folded"
+    assert per_event <= BUDGET[case], (
+        f"the {case} fold costs {per_event:,.0f} instructions per event, budget {BUDGET[case]:,} "
+        f"(measured {MEASURED[case]:,})"
+    )
