@@ -1,5 +1,5 @@
-"""The CLI is generated from the settings classes: every field is an option, and README documents each with
-its environment variable and default (so adding a field fails here until README has its row)."""
+"""The CLI is generated from the settings classes: every field is an option, and docs/configuration.md documents
+each with its environment variable and default (so adding a field fails here until that page has its row)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,17 @@ from ingest.settings import WorkerSettings
 from reader_api.cli import ALIASES
 from reader_api.settings import ApiSettings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-#: command -> (settings class, README section holding its configuration table)
+CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+#: command -> (settings class, section of docs/configuration.md holding its configuration table)
 COMMANDS: dict[str, tuple[type[BaseSettings], str]] = {
-    "worker": (WorkerSettings, "## Configuration (`hotboard worker`)"),
+    "worker": (WorkerSettings, "## Worker (`hotboard worker`)"),
     "api": (ApiSettings, "## Read API (`hotboard api`)"),
 }
 
 
-def readme_table(heading: str) -> dict[str, tuple[list[str], str, str]]:
+def documented_table(heading: str) -> dict[str, tuple[list[str], str, str]]:
     """env variable -> (options, env, default) from the first ``| option | env | default |`` table under heading."""
-    text = README.read_text()
+    text = CONFIGURATION.read_text()
     section = text[text.index(heading) + len(heading) :]
     section = section[: section.find("\n## ")]
     rows: dict[str, tuple[list[str], str, str]] = {}
@@ -57,20 +57,20 @@ def sample(field_default: object, annotation: object = None) -> str:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_readme_documents_every_setting_with_its_option_env_and_default(command: str) -> None:
+def test_docs_document_every_setting_with_its_option_env_and_default(command: str) -> None:
     settings, heading = COMMANDS[command]
-    rows = readme_table(heading)
+    rows = documented_table(heading)
     for name, field in settings.model_fields.items():
         env = env_var(settings, name)
-        assert env in rows, f"README ({heading}) has no row for {env}"
+        assert env in rows, f"docs/configuration.md ({heading}) has no row for {env}"
         options, _, default = rows[env]
-        assert option(name) in options, f"README row {env} lacks {option(name)}"
+        assert option(name) in options, f"docs/configuration.md row {env} lacks {option(name)}"
         if isinstance(field.default, int | float):
-            assert float(default) == field.default, f"README default of {env}"
+            assert float(default) == field.default, f"docs/configuration.md default of {env}"
         elif field.default:
-            assert default == field.default, f"README default of {env}"
+            assert default == field.default, f"docs/configuration.md default of {env}"
     stale = set(rows) - {env_var(settings, name) for name in settings.model_fields}
-    assert not stale, f"README documents settings that do not exist: {stale}"
+    assert not stale, f"docs/configuration.md documents settings that do not exist: {stale}"
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_command_line_over_environment_over_default(monkeypatch: pytest.MonkeyPa
 def test_log_level_before_or_after_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
     parser = build_parser()
     assert settings_from(LogSettings, parser.parse_args(["--log-level", "WARNING", "worker"])).log_level == "WARNING"
-    args = parser.parse_args(["worker", "--log-level", "DEBUG"])  # README's spelling; argparse refused it once
+    args = parser.parse_args(["worker", "--log-level", "DEBUG"])  # the documented spelling; argparse refused it once
     assert settings_from(WorkerSettings, args).log_level == "DEBUG"
     assert settings_from(LogSettings, parser.parse_args(["produce"])).log_level == "INFO"
 
