@@ -24,7 +24,6 @@ from tests.integration.test_faults import _settings, _until
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.xfail(strict=True, reason="positioning drops a still-halted partition's pending work at each re-check")
 async def test_records_before_an_undecodable_batch_survive_a_redis_outage_past_the_halt_recheck(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer
 ) -> None:
