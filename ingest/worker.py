@@ -280,10 +280,6 @@ class Worker:
             waiting = self._assignment.waiting()
             if not waiting:
                 return
-            # A partition resumes after its checkpoint: work still pending from before its halt goes (a halted
-            # partition's checkpoint never moved past it), or it would be flushed in the epoch a lift begins.
-            self._pending.drop(waiting)
-            self._dead.drop(set(waiting))
             try:
                 run_id = await self._assignment.position(waiting)
             except TRANSIENT as exc:
@@ -292,6 +288,14 @@ class Worker:
                 failure = None
                 with contextlib.suppress(ServerRestarted):
                     self._identity.seen(run_id)  # another server behind a kept connection: at the next call
+            finally:
+                # A partition positioned now resumes after its checkpoint: work still pending from before its
+                # halt goes, or it would be flushed in the epoch a lift begins. One still halted keeps it: its
+                # boards take it at the next flush (the checkpoint stays), as the records before an unreadable
+                # batch must, whatever an outage delayed (a skip past the batch would lose them otherwise).
+                positioned = {p for p in waiting if (st := self._assignment.parts.get(p)) is not None and st.ready}
+                self._pending.drop(positioned)
+                self._dead.drop(positioned)
         if failure is not None:
             delay = self._backoff.next_delay()
             log.warning("cannot position partitions %s yet (%r); retrying in %.1fs", waiting, failure, delay)

@@ -1,0 +1,70 @@
+"""Adversarial review of issue 16's halt fixes (items 0 and 2 together): an undecodable batch halts its
+partition with the records before it pending, and the documented remedies must then come out exact."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import orjson
+import pytest
+import redis
+
+from hotboard import keys
+from hotboard.codec import Event
+from hotboard.devstack import RedisServer
+from ingest.partitions import HaltReason
+from ingest.worker import Worker
+from tests.integration.faults import TcpProxy, send_raw
+from tests.integration.harness import read_boards, totals_of
+from tests.integration.test_compression import Raw, produce
+from tests.integration.test_faults import _settings, _until
+
+pytestmark = pytest.mark.integration
+
+
+async def test_records_before_an_undecodable_batch_survive_a_redis_outage_past_the_halt_recheck(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer
+) -> None:
+    """Partition 0: ten events flushed; Redis cut off; ten more events, then an lz4 batch whose bytes are
+    damaged. The worker folds the ten, halts at the batch (unreadable), and cannot flush. Positioning the halted
+    partition again at its re-check dropped the ten as "work pending from before its halt", though its
+    checkpoint had not moved and nothing else brings them back once the operator skips the batch (the
+    runbook's remedy: ``HSET`` the checkpoint to the batch's last offset, "the records before it are
+    applied"). Redis heals, the halt is recorded, the operator skips the batch: every event but the batch's
+    must be on the board."""
+    topic = topic_factory(1)
+    first = [Event("global", f"r{i}", 3, None) for i in range(10)]
+    second = [Event("global", f"s{i}", 5, None) for i in range(10)]
+    admin = redis.Redis(port=redis_server.port)
+    with TcpProxy(redis_server.port) as proxy:
+        settings = _settings(kafka, proxy.url, topic, f"g-{topic}", halt_recheck_s=0.5, backoff_max_s=0.5)
+        async with Worker(settings, handle_signals=False) as worker:
+            task = asyncio.create_task(worker.run())
+            try:
+                await asyncio.to_thread(produce, kafka, topic, first, "none", 0)
+                await _until(lambda: admin.hget(keys.checkpoint_key(topic), "0") == b"9", task, "first flushed")
+                proxy.cut()
+                await asyncio.to_thread(produce, kafka, topic, second, "none", 0)
+                bad: list[Raw] = [(b"x", orjson.dumps({"player": "x", "delta": 1}), []) for _ in range(50)]
+                await send_raw(kafka, topic, 0, bad, compression_type="lz4", flip_payload=True)
+                await _until(lambda: 0 in worker.halted, task, "partition 0 halted while Redis is cut off")
+                assert worker.halted[0].reason is HaltReason.UNREADABLE
+                assert "offset 20 " in worker.halted[0].detail
+                await _until(lambda: worker.failed_flushes > 0, task, "a flush of the ten failed")
+                heal_at = time.monotonic() + 4 * settings.halt_recheck_s  # the outage outlasts the re-check
+                await _until(lambda: time.monotonic() >= heal_at, task, "the outage's end")
+                proxy.restore()
+                halt = keys.halt_field(0)
+                await _until(lambda: admin.hget(keys.checkpoint_key(topic), halt) is not None, task, "halt recorded")
+                assert admin.hget(keys.checkpoint_key(topic), halt) == b"unreadable 9"
+                admin.hset(keys.checkpoint_key(topic), "0", "69")  # the runbook: skip the batch (offsets 20-69)
+                after = [Event("global", f"t{i}", 7, None) for i in range(10)]
+                await asyncio.to_thread(produce, kafka, topic, after, "none", 0)
+                await _until(lambda: admin.hget(keys.checkpoint_key(topic), "0") == b"79", task, "after flushed")
+                assert read_boards(proxy.url, ["global"]) == totals_of(first + second + after)
+            finally:
+                worker.stop()
+                await asyncio.wait_for(task, 30)
+                admin.close()
