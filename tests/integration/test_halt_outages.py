@@ -1,5 +1,6 @@
-"""Adversarial review of issue 16's halt fixes (items 0 and 2 together): an undecodable batch halts its
-partition with the records before it pending, and the documented remedies must then come out exact."""
+"""An undecodable batch halts its partition with the records before it still pending while Redis is away: the
+halt holds their work (it is applied, without moving the checkpoint, once Redis answers) and the documented
+remedies then come out exact."""
 
 from __future__ import annotations
 
