@@ -8,7 +8,6 @@ import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -16,7 +15,9 @@ import orjson
 from flusher.batch import BoardBatch
 from hotboard.boards import BoardDef
 from hotboard.codec import Decoder, decode_all
+from hotboard.records import Record
 from ingest.pending import Window
+from tests.records import record
 
 #: player -> (score, tie time): tie time is the event time of the last event that changed the score.
 Board = dict[str, tuple[int, int]]
@@ -89,10 +90,10 @@ def fold_windows(
     ``ingest.intake`` does. Returns each window's batches."""
     decoder = Decoder()
     offsets = [0] * partitions
-    records: list[tuple[int, SimpleNamespace]] = []
+    records: list[tuple[int, Record]] = []
     for e in events:
         p = partition_of(e.player, partitions)
-        records.append((p, SimpleNamespace(offset=offsets[p], value=e.value(board, definition), timestamp=e.ts)))
+        records.append((p, record(e.value(board, definition), offsets[p], timestamp=e.ts)))
         offsets[p] += 1
     fast: list[dict[str, BoardDef]] = [{} for _ in range(partitions)]
     clear: list[set[str]] = [set() for _ in range(partitions)]
