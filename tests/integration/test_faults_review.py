@@ -21,17 +21,21 @@ from hotboard.loadgen import publish
 from ingest.worker import Worker
 from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy, send_raw
-from tests.integration.harness import Feeder, read_boards, skewed_events, totals_of, wait_exact
-from tests.integration.test_faults import _run, _settings, _until
+from tests.integration.harness import (
+    Feeder,
+    checkpoint,
+    read_boards,
+    run_worker,
+    skewed_events,
+    totals_of,
+    wait_exact,
+    wait_while_running,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.integration
 
 Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
-
-
-def _ckpt(url: str, topic: str) -> int | None:
-    v = redis.Redis.from_url(url).hget(keys.checkpoint_key(topic), "0")
-    return None if v is None else int(v)
 
 
 async def test_flushall_does_not_lose_a_board_not_looked_up_since_positioning(
@@ -45,16 +49,20 @@ async def test_flushall_does_not_lose_a_board_not_looked_up_since_positioning(
     events = [Event("quiet", "q", 5, None)] + [Event("busy", f"b{i % 7}", 1, None) for i in range(100)]
     await publish(kafka, topic, events)
     group = f"g-{topic}"
-    settings = _settings(kafka, redis_url, topic, group)
-    await _run(settings, lambda w: _ckpt(redis_url, topic) == 100, "checkpoint 100")
+    settings = worker_settings(kafka, redis_url, topic, group)
+    await run_worker(settings, lambda w: checkpoint(redis_url, topic) == 100, "checkpoint 100")
     more = [Event("quiet", "q", 7, None)]
     async with Worker(settings, handle_signals=False) as worker:
         task = asyncio.create_task(worker.run())
         try:
-            await _until(lambda: worker.ready and worker._assignment.parts[0].checkpoint == 100, task, "positioned")
+            await wait_while_running(
+                lambda: worker.ready and worker._assignment.parts[0].checkpoint == 100, task, "positioned"
+            )
             await Redis.from_url(redis_url).flushall()
             await publish(kafka, topic, more)
-            await _until(lambda: _ckpt(redis_url, topic) == 101, task, "checkpoint 101 after the replay")
+            await wait_while_running(
+                lambda: checkpoint(redis_url, topic) == 101, task, "checkpoint 101 after the replay"
+            )
         finally:
             worker.stop()
             await asyncio.wait_for(task, 30)
@@ -74,13 +82,13 @@ async def test_a_log_end_halt_holds_when_the_new_log_grows_past_the_checkpoint(
     r.zadd(keys.BOARD_INDEX_KEY, {"global": 0})
     first = [Event("global", f"p{i % 5}", 1, None) for i in range(100)]
     await publish(kafka, topic, first)
-    settings = _settings(kafka, redis_url, topic, f"g-{topic}", halt_recheck_s=1.0)
+    settings = worker_settings(kafka, redis_url, topic, f"g-{topic}", halt_recheck_s=1.0)
     later = [Event("global", f"p{i % 5}", 1, None) for i in range(1000)]
     lifted: list[float] = []
     async with Worker(settings, handle_signals=False) as worker:
         task = asyncio.create_task(worker.run())
         try:
-            await _until(lambda: bool(worker.halted), task, "the halt")
+            await wait_while_running(lambda: bool(worker.halted), task, "the halt")
             await publish(kafka, topic, later)
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not task.done():
@@ -109,12 +117,12 @@ async def test_shutdown_while_the_dlq_hangs_keeps_the_checkpoint_before_unsent_l
     topic = topic_factory(1)
     good: list[Raw] = [(f"p{i}".encode(), orjson.dumps({"player": f"p{i}", "delta": 1}), []) for i in range(10)]
     await send_raw(kafka, topic, 0, [*good, (b"k", b"not json", []), *good])  # the poison at offset 10
-    settings = _settings(kafka, redis_url, topic, f"g-{topic}", shutdown_timeout_s=2.0, dlq_send_timeout_s=30.0)
+    settings = worker_settings(kafka, redis_url, topic, f"g-{topic}", shutdown_timeout_s=2.0, dlq_send_timeout_s=30.0)
     async with Worker(settings, handle_signals=False) as worker:
         worker._dead._producer = _HangingProducer()
         task = asyncio.create_task(worker.run())
         try:
-            await _until(
+            await wait_while_running(
                 lambda: (
                     (worker.metrics.registry.get_sample_value("hotboard_dlq_total", {"reason": "not_json"}) or 0) >= 1
                 ),
@@ -125,7 +133,7 @@ async def test_shutdown_while_the_dlq_hangs_keeps_the_checkpoint_before_unsent_l
         finally:
             worker.stop()
             await asyncio.wait_for(task, 30)
-    ckpt = _ckpt(redis_url, topic)
+    ckpt = checkpoint(redis_url, topic)
     assert ckpt is None or ckpt < 10, f"checkpoint {ckpt} passed offset 10, whose dead letter was never acknowledged"
 
 
@@ -192,7 +200,7 @@ async def test_a_redis_blip_while_reading_past_an_unreadable_record_loses_nothin
     good: list[Raw] = [(f"p{i}".encode(), orjson.dumps({"player": f"p{i}", "delta": 1}), []) for i in range(5)]
     bad = (b"k", b'{"player":"p","delta":1}', [("XX", b"v")])
     await send_raw(kafka, topic, 0, [*good, bad, *good], patch=(b"XX", b"\xff\xfe"))  # unreadable at offset 5
-    settings = _settings(kafka, redis_url, topic, f"g-{topic}")
+    settings = worker_settings(kafka, redis_url, topic, f"g-{topic}")
     failed: list[bool] = []
 
     async def blip_once(worker: Worker) -> None:
@@ -206,7 +214,7 @@ async def test_a_redis_blip_while_reading_past_an_unreadable_record_loses_nothin
 
         worker._sink.load_watermarks = load  # type: ignore[method-assign]
 
-    await _run(settings, lambda w: _ckpt(redis_url, topic) == 10, "checkpoint 10", blip_once)
+    await run_worker(settings, lambda w: checkpoint(redis_url, topic) == 10, "checkpoint 10", blip_once)
     got = read_boards(redis_url, ["global"])["global"]
     assert got == {f"p{i}": 2 for i in range(5)}, got
 
@@ -221,7 +229,7 @@ async def test_valid_records_after_an_unreadable_one_in_the_same_batch_are_folde
     good: list[Raw] = [(f"p{i}".encode(), orjson.dumps({"player": f"p{i}", "delta": 1}), []) for i in range(5)]
     bad = (b"k", b'{"player":"p","delta":1}', [("XX", b"v")])
     await send_raw(kafka, topic, 0, [*good, bad, *good], patch=(b"XX", b"\xff\xfe"))  # unreadable at offset 5
-    settings = _settings(kafka, redis_url, topic, f"g-{topic}")
-    await _run(settings, lambda w: _ckpt(redis_url, topic) == 10, "checkpoint 10")
+    settings = worker_settings(kafka, redis_url, topic, f"g-{topic}")
+    await run_worker(settings, lambda w: checkpoint(redis_url, topic) == 10, "checkpoint 10")
     got = read_boards(redis_url, ["global"])["global"]
     assert got == {f"p{i}": 2 for i in range(5)}, got

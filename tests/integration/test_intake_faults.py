@@ -18,8 +18,17 @@ from hotboard.devstack import RedisServer
 from ingest.worker import Worker
 from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy, send_raw
-from tests.integration.harness import Feeder, read_boards, skewed_events, totals_of, wait_exact
-from tests.integration.test_faults import _events, _sample, _settings, _until
+from tests.integration.harness import (
+    Feeder,
+    read_boards,
+    sample,
+    skewed_events,
+    totals_of,
+    wait_exact,
+    wait_while_running,
+    worker_events,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -33,9 +42,9 @@ async def test_a_lookup_failing_after_a_rebalance_took_its_partition_does_not_cr
     consumer's IllegalStateError ended the worker."""
     topic = topic_factory(2)
     group = f"g-{topic}"
-    events = _events("fresh", 7, 60)
+    events = worker_events("fresh", 7, 60)
     with TcpProxy(redis_server.port) as proxy:
-        settings = _settings(kafka, proxy.url, topic, group, backoff_max_s=0.5)
+        settings = worker_settings(kafka, proxy.url, topic, group, backoff_max_s=0.5)
         joiner = AIOKafkaConsumer(
             topic, bootstrap_servers=kafka, group_id=group, client_id="0-joiner", session_timeout_ms=6000,
             enable_auto_commit=False, auto_offset_reset="earliest",
@@ -49,7 +58,7 @@ async def test_a_lookup_failing_after_a_rebalance_took_its_partition_does_not_cr
                     failed.append(partition)
                     await joiner.start()
                     # the rebalance is the joiner's and the worker's own state to poll, no event to wait on
-                    while not joiner.assignment() or _sample(worker, "hotboard_rebalances_total") < 2:  # noqa: ASYNC110
+                    while not joiner.assignment() or sample(worker, "hotboard_rebalances_total") < 2:  # noqa: ASYNC110
                         await asyncio.sleep(0.05)
                     assert TopicPartition(topic, partition) in joiner.assignment(), "the joiner must take it"
                     proxy.cut()
@@ -58,12 +67,14 @@ async def test_a_lookup_failing_after_a_rebalance_took_its_partition_does_not_cr
             worker._sink.load_watermarks = load  # type: ignore[method-assign]
             task = asyncio.create_task(worker.run())
             try:
-                await _until(lambda: worker.ready, task, "positioned")
+                await wait_while_running(lambda: worker.ready, task, "positioned")
                 await send_raw(kafka, topic, 0, [(e.player.encode(), encode(e), []) for e in events])
-                await _until(lambda: worker._backoff.failures > 0, task, "the lookup to fail")
+                await wait_while_running(lambda: worker._backoff.failures > 0, task, "the lookup to fail")
                 proxy.restore()
                 await joiner.stop()  # partition 0 comes back
-                await _until(lambda: read_boards(proxy.url, ["fresh"]) == totals_of(events), task, "exact totals")
+                await wait_while_running(
+                    lambda: read_boards(proxy.url, ["fresh"]) == totals_of(events), task, "exact totals"
+                )
             finally:
                 worker.stop()
                 await asyncio.wait_for(task, 30)

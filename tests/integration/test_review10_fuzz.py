@@ -12,8 +12,7 @@ from flusher.redis_sink import RedisSink
 from hotboard import board_store
 from hotboard.boards import OPERATORS, ORDERS, TIES, BoardDef
 from hotboard.keys import MAX_EXACT
-from tests.integration.test_semantics_redis import check_dense, flush_all, stored
-from tests.semantics import Ev, fold_windows, reference
+from tests.semantics import Ev, check_dense, flush_all, fold_windows, reference, stored
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,7 @@ from flusher.batch import NO_WATERMARK, Outcome
 from flusher.redis_sink import RedisSink
 from hotboard import board_store
 from hotboard.boards import BoardDef
-from tests.integration.test_semantics_redis import check_dense, stored
-from tests.semantics import Ev, fold_windows, reference
+from tests.semantics import Ev, check_dense, fold_windows, reference, stored
 
 pytestmark = pytest.mark.integration
 
