@@ -14,12 +14,11 @@ from confluent_kafka import Producer
 from hotboard.codec import Event, encode
 from ingest.partitions import HaltReason
 from ingest.worker import Worker
-from tests.integration.faults import send_raw
+from tests.integration.faults import Raw, send_raw
 from tests.integration.harness import read_boards, totals_of, wait_exact, wait_while_running, worker_settings
 
 pytestmark = pytest.mark.integration
 
-Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 

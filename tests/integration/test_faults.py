@@ -4,6 +4,7 @@ themselves (or that the worker halts, loudly, where history is gone)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy, send_raw
 from tests.integration.harness import (
     Feeder,
+    checkpoint,
     log_starts_at,
     read_boards,
     read_topic,
@@ -36,6 +38,7 @@ from tests.integration.harness import (
     skewed_events,
     totals_of,
     wait_exact,
+    wait_while_running,
     worker_events,
     worker_settings,
 )
@@ -67,6 +70,33 @@ def test_rebalance_while_cut_off_from_redis_counts_nothing_twice(
         second.wait_ready()
         first.wait_metric("hotboard_rebalances_total", 2)
         proxy.restore()
+        feeder.finish()
+        wait_exact(redis_server.url, totals_of(events), timeout_s=90)
+
+
+@pytest.mark.parametrize("joiner", ["same_topic", "other_topic"])
+def test_a_rebalance_right_after_redis_heals_during_the_backoff(
+    joiner: str, kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    """Heal a cut while the worker sleeps in a long backoff, then rebalance: ``on_revoked``'s flush succeeds, and
+    must take the active window with the sealed one. When the same partitions come back (``other_topic``: a
+    member of the same group on another topic joins, so the worker keeps every partition) they are fetched and
+    folded again and no revoked partition fences the flush: a window kept across would count twice."""
+    topic = topic_factory(8)
+    events = skewed_events(30_000, seed=23)
+    with TcpProxy(redis_server.port) as proxy:
+        first = spawn(proxy.url, topic, "first", extra_env={"HOTBOARD_BACKOFF_MAX_S": "20"})
+        first.wait_ready()
+        feeder = Feeder(kafka, topic, events, rate=2500)
+        feeder.start()
+        first.wait_metric("hotboard_windows_total", 2, result="flushed")
+        proxy.cut()
+        first.wait_metric("hotboard_windows_total", 8, result="failed", timeout_s=90)  # next backoff: 10-20 s
+        proxy.restore()
+        second = spawn(redis_server.url, topic if joiner == "same_topic" else topic_factory(1), "second")
+        if joiner == "same_topic":
+            second.wait_ready()
+        first.wait_metric("hotboard_rebalances_total", 2)
         feeder.finish()
         wait_exact(redis_server.url, totals_of(events), timeout_s=90)
 
@@ -193,6 +223,37 @@ async def test_a_resume_point_deleted_by_retention_halts_and_counts_the_loss(
     worker = await run_worker(settings, lambda w: bool(w.halted), "the halt", trimmed)
     assert [h.reason for h in worker.halted.values()] == [HaltReason.RETENTION_LOST]
     assert sample(worker, "hotboard_records_lost_total") == 50
+
+
+async def test_flushall_does_not_lose_a_board_not_looked_up_since_positioning(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str
+) -> None:
+    """quiet@0, busy@1..100 applied; the worker restarts (watermarks are looked up lazily: none known); FLUSHALL;
+    quiet@101. The lookup answers 'no watermark' from the emptied Redis: quiet's batch must not apply (and write
+    watermark 101) before the checkpoint CAS notices the loss, or the replay from 0 skips quiet@0 under it."""
+    topic = topic_factory(1)
+    events = [Event("quiet", "q", 5, None)] + [Event("busy", f"b{i % 7}", 1, None) for i in range(100)]
+    await publish(kafka, topic, events)
+    group = f"g-{topic}"
+    settings = worker_settings(kafka, redis_url, topic, group)
+    await run_worker(settings, lambda w: checkpoint(redis_url, topic) == 100, "checkpoint 100")
+    more = [Event("quiet", "q", 7, None)]
+    async with Worker(settings, handle_signals=False) as worker:
+        task = asyncio.create_task(worker.run())
+        try:
+            await wait_while_running(
+                lambda: worker.ready and worker._assignment.parts[0].checkpoint == 100, task, "positioned"
+            )
+            await Redis.from_url(redis_url).flushall()
+            await publish(kafka, topic, more)
+            await wait_while_running(
+                lambda: checkpoint(redis_url, topic) == 101, task, "checkpoint 101 after the replay"
+            )
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+    got = read_boards(redis_url, ["quiet", "busy"])
+    assert got == totals_of(events + more), got
 
 
 # ---------------------------------------------------------------- 4. checkpoints tied to their log

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,37 @@ async def test_restoring_redis_from_a_backup_lifts_a_redis_lost_halt_exactly(
 
         await asyncio.to_thread(restore)
         await _until_exact(worker, task, redis_server.url, totals_of(events))
+
+
+async def test_a_log_end_halt_holds_when_the_new_log_grows_past_the_checkpoint(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str
+) -> None:
+    """Topic re-created: Redis holds checkpoint 1000, so the worker halts. Producers keep writing; once the new
+    log passes offset 1000 the periodic recheck must not reposition at 1001 (skipping records 0..1000): the halt
+    holds until an operator lifts it."""
+    topic = topic_factory(1)
+    r = redis.Redis.from_url(redis_url)
+    r.hset(keys.checkpoint_key(topic), "0", 1000)
+    r.hset(keys.applied_key("global"), keys.watermark_field(topic, 0), 1000)
+    r.zadd(keys.BOARD_INDEX_KEY, {"global": 0})
+    first = [Event("global", f"p{i % 5}", 1, None) for i in range(100)]
+    await publish(kafka, topic, first)
+    settings = worker_settings(kafka, redis_url, topic, f"g-{topic}", halt_recheck_s=1.0)
+    later = [Event("global", f"p{i % 5}", 1, None) for i in range(1000)]
+    lifted: list[float] = []
+    async with Worker(settings, handle_signals=False) as worker:
+        task = asyncio.create_task(worker.run())
+        try:
+            await wait_while_running(lambda: bool(worker.halted), task, "the halt")
+            await publish(kafka, topic, later)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not task.done():
+                if not worker.halted and read_boards(redis_url, ["global"])["global"]:
+                    lifted.append(time.monotonic())
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+    got = read_boards(redis_url, ["global"])["global"]
+    assert not lifted and not got, f"halt lifted by itself; boards now hold {sum(got.values())} of 1100 events"

@@ -16,7 +16,7 @@ import redis
 from hotboard.devstack import RedisServer
 from hotboard.process import free_port
 from ingest.worker import Worker
-from tests.integration.faults import send_raw
+from tests.integration.faults import Raw, send_raw
 from tests.integration.harness import (
     WorkerProcess,
     checkpoint,
@@ -27,8 +27,6 @@ from tests.integration.harness import (
 )
 
 pytestmark = pytest.mark.integration
-
-Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 
 def _server(tmp_path: Path, *options: str, appendonly: bool = True) -> RedisServer:

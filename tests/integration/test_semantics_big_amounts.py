@@ -1,5 +1,5 @@
-"""Review of issue 10: fuzz the fold + flush scripts against the one-by-one reference with amounts near
-+-2^53 (sequences whose exact totals stay within +-(2^53-1) at every step, so holding never applies)."""
+"""The fold and the flush scripts against the one-by-one reference, fuzzed with amounts near +-2^53 (sequences
+whose exact totals stay within +-(2^53-1) at every step, so holding never applies)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Review of issue 10: APPLY after NOSCRIPT, and a retry after a lost reply, on every non-plain form."""
+"""Script retries on every non-plain board form: APPLY after NOSCRIPT (a flushed script cache), then the same
+batches again after a lost reply, which must answer already-applied and change nothing."""
 
 from __future__ import annotations
 
