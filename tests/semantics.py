@@ -1,5 +1,5 @@
 """The reference model of board semantics, computed without hotboard's fold: every event applied one by one, in
-offset order, exactly as the issue states it (and the driver that feeds the same events through the real
+offset order, exactly as the event contract states it (and the driver that feeds the same events through the real
 fold, window by window, as the worker's intake does)."""
 
 from __future__ import annotations

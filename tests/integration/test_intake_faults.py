@@ -38,8 +38,8 @@ async def test_a_lookup_failing_after_a_rebalance_took_its_partition_does_not_cr
 ) -> None:
     """The worker folds partition 0 and looks its boards' watermarks up; a second member joins and takes
     partition 0 (round-robin over sorted member ids: its client id sorts first) while the lookup waits; then
-    Redis is cut and the lookup fails. The retry used to seek the partition it no longer holds, and the
-    consumer's IllegalStateError ended the worker."""
+    Redis is cut and the lookup fails. The retry must not seek the partition it no longer holds: the
+    consumer's IllegalStateError would end the worker."""
     topic = topic_factory(2)
     group = f"g-{topic}"
     events = worker_events("fresh", 7, 60)
@@ -85,7 +85,7 @@ def test_sigterm_while_lookups_wait_on_a_frozen_redis_exits_within_the_documente
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
     """Redis frozen (SIGSTOP) right before events of boards the worker has not seen arrive on four partitions:
-    the fold waits on their watermark lookups. SIGTERM used to wait for each lookup to time out in turn
+    the fold waits on their watermark lookups. SIGTERM must not wait for each lookup to time out in turn
     (redis_timeout_s each, 18-19 s in all) against README's "exit 0 within 10 s"."""
     topic = topic_factory(4)
     events = skewed_events(4000, seed=41)

@@ -400,7 +400,7 @@ async def api_traffic(api_url: str, stop: asyncio.Event) -> None:
 
 async def test_every_api_query_of_dashboard_and_alerts_returns_data(redis_url: str, tmp_path: Path) -> None:
     if importlib.util.find_spec("reader_api") is None:
-        unavailable("reader_api (the read API, issue 3)")
+        unavailable("reader_api (the read API)")
     dashboard = {e: "dashboard" for e in grafana_exprs() if is_api(e)}
     alerts = {q: origin for q, origin in alert_checks(alert_rules()).items() if is_api(q)}
     assert dashboard and alerts
