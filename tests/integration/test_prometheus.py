@@ -36,7 +36,7 @@ from hotboard.loadgen import generate, publish
 from hotboard.process import LOOPBACK, Child, free_port, url_answers
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
-from tests.integration.conftest_reader import api_server
+from tests.integration.reader_harness import api_server
 from tests.services import unavailable
 
 pytestmark = pytest.mark.integration

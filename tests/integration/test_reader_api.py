@@ -19,7 +19,7 @@ from hotboard.devstack import RedisServer
 from reader_api.answers import ErrorBody, FriendsList, Neighbourhood, PlayerRank, TopPage
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import api_process, asgi_client, conforms, metrics_text, reference_ranking
+from tests.integration.reader_harness import api_process, asgi_client, conforms, metrics_text, reference_ranking
 
 pytestmark = pytest.mark.integration
 

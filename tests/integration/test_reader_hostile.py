@@ -22,7 +22,7 @@ import redis
 from bench.api import MiB, pipelined_flood
 from hotboard import keys
 from hotboard.devstack import LOOPBACK, free_port
-from tests.integration.conftest_reader import ApiServer, api_server
+from tests.integration.reader_harness import ApiServer, api_server
 
 pytestmark = pytest.mark.integration
 

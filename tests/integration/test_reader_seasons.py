@@ -19,7 +19,7 @@ from reader_api.answers import BoardInfo, FriendsList, Neighbourhood, PeriodList
 from reader_api.app import create_app
 from reader_api.seasons import Definitions
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import asgi_client, conforms
+from tests.integration.reader_harness import asgi_client, conforms
 
 pytestmark = pytest.mark.integration
 
