@@ -12,7 +12,7 @@ flush would), so cache hits are earned, not assumed.
                         [--compare-servers httptools,bounded] [--flood httptools,h11,bounded]
 
 ``--compare-servers`` runs one API process per ``HOTBOARD_API_HTTP`` value (``httptools``: stock uvicorn
-httptools, the setup before the limits; ``h11``; ``bounded``: the default) against the same board in the
+httptools, none of the limits; ``h11``; ``bounded``: the default) against the same board in the
 same run, the sweep on the last one, and the cells interleaved question by question so drift hits all alike.
 ``--flood`` instead measures, per setup, the RSS one client can make the API hold by pipelining and never
 reading (``--flood-cases``: 8 MiB on one connection, 1 MiB on each of ten).

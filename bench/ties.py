@@ -1,6 +1,6 @@
 """Read cost of fair ties: rank and around-me rates on a board where 90% of the players share one score, for
 ``shared``, ``dense`` and ``earliest`` boards side by side with a ``lexical`` one (Redis's order, the plain
-reads). Issue 10's goal: every fair variant >= 0.7 x lexical.
+reads). The goal: every fair variant >= 0.7 x lexical.
 
 One private redis-server on a free loopback port holds the four boards, built directly per the layout of
 :mod:`hotboard.boards` (pipelined ZADD/HSET in big chunks; what the workers would write). The questions go
@@ -164,9 +164,7 @@ async def run(args: argparse.Namespace) -> None:
             print(f"{question:<10} | {ties:<8} | {median[ties]:>8,.0f} | {p50:>6.3f} | {p99:>6.3f} | "
                   f"{median[ties] / median['lexical']:>9.2f} | {server_us[ties]:>13.1f} | "
                   f"{server_us['lexical'] / server_us[ties]:>9.2f}")  # fmt: skip
-    print(
-        "goal (issue 10): every fair variant >= 0.70 x lexical (both ratios: rate / lexical's, lexical's us / its us)"
-    )
+    print("goal: every fair variant >= 0.70 x lexical (both ratios: rate / lexical's, lexical's us / its us)")
 
 
 def main() -> None:

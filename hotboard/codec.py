@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from enum import StrEnum
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 import orjson
 
 from hotboard.keys import DEFAULT_BOARD, MAX_EXACT, is_valid_board, is_valid_player
+from hotboard.records import Record
 
 MAX_VALUE_BYTES = 64 * 1024
 #: Largest magnitude of a delta, a score and an event time: a Redis score (and a Lua number) is an IEEE double,
@@ -125,7 +126,7 @@ def decode(value: bytes | None) -> Event:
 Decoded = Fields | InvalidEvent
 
 
-def decode_all(records: Iterable[Any], decoder: Decoder) -> list[Decoded]:
+def decode_all(records: Iterable[Record], decoder: Decoder) -> list[Decoded]:
     """Every record through the codec once: the checked fold and the watermark lookup share the result."""
     out: list[Decoded] = []
     for record in records:
@@ -141,7 +142,7 @@ def boards_to_check(decoded: Iterable[Decoded], known: Collection[str]) -> set[s
     return {f[0] for f in decoded if type(f) is tuple and f[0] not in known}
 
 
-def first_ts(records: Sequence[Any], done: int, decoder: Decoder) -> int | None:
+def first_ts(records: Sequence[Record], done: int, decoder: Decoder) -> int | None:
     """The event time of the first valid record among ``records[:done]``."""
     for i in range(done):
         try:

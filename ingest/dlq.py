@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from hotboard.codec import InvalidEvent
+from hotboard.records import Record
 from ingest.lenient_records import header_name_ok
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ class Letter:
         return len(self.key or b"") + len(self.value or b"") + sum(len(k) + len(v) for k, v in self.headers)
 
 
-def letter(record: Any, error: InvalidEvent, max_bytes: int) -> Letter:
+def letter(record: Record, error: InvalidEvent, max_bytes: int) -> Letter:
     """The dead letter of ``record``: original key, value and headers, cut to ``max_bytes`` in all."""
     return build(
         record.topic, record.partition, record.offset, record.key, record.value, record.headers, str(error), max_bytes
@@ -69,7 +71,7 @@ def build(
     offset: int,
     key: bytes | None,
     value: bytes | None,
-    headers: Any,
+    headers: Sequence[tuple[str, bytes]],
     error: str,
     max_bytes: int,
 ) -> Letter:

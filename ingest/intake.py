@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import Callable
 from operator import attrgetter
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
@@ -22,6 +21,7 @@ from flusher.batch import Sink
 from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import Decoded, Decoder, InvalidEvent, Reason, boards_to_check, decode_all
+from hotboard.records import Record
 from hotboard.timing import Backoff, wait_or_stop
 from ingest import seasons
 from ingest.assignment import Assignment
@@ -99,7 +99,7 @@ class Intake:
                 self._metrics.boards_forgotten.inc(state.forget_idle(self._pending.boards_of(p)))
         self._metrics.known_boards.set(sum(len(st.watermarks) for st in self._assignment.parts.values() if st.ready))
 
-    async def fold(self, batch: dict[TopicPartition, list[Any]]) -> None:
+    async def fold(self, batch: dict[TopicPartition, list[Record]]) -> None:
         applied = invalid = duplicate = 0
         for tp, records in batch.items():
             # A record the lenient parser read (a header name that is not UTF-8) may arrive in any fetch after a
@@ -121,7 +121,7 @@ class Intake:
         m.events.labels("invalid").inc(invalid)
         m.events.labels("duplicate").inc(duplicate)
 
-    async def _fold_partition(self, tp: TopicPartition, records: list[Any]) -> list[Folded]:
+    async def _fold_partition(self, tp: TopicPartition, records: list[Record]) -> list[Folded]:
         state = self._assignment.ready_state(tp.partition)
         if state is None or not records:
             return []  # not ours (any more) or not positioned yet: these records are fetched again
@@ -229,11 +229,11 @@ class Intake:
             if state.next_offset <= records[-1].offset:
                 return  # stopped by Redis, revoked or resynchronised: fetched again later
 
-    async def _fold_leniently(self, tp: TopicPartition, records: list[Any]) -> list[Folded]:
+    async def _fold_leniently(self, tp: TopicPartition, records: list[Record]) -> list[Folded]:
         """Runs of readable records go through the usual fold; each unreadable one becomes a dead letter, in
         offset order, and only once the fold has reached it (a fold interrupted by a Redis error stops here)."""
         out: list[Folded] = []
-        run: list[Any] = []
+        run: list[Record] = []
         for record in [*records, None]:
             bad = None if record is None else unreadable_header(record)
             if record is not None and bad is None:
@@ -249,7 +249,7 @@ class Intake:
                 self._dead_letter_unreadable(tp, record, bad or "")
         return out
 
-    def _dead_letter_unreadable(self, tp: TopicPartition, record: Any, header_hex: str) -> None:
+    def _dead_letter_unreadable(self, tp: TopicPartition, record: Record, header_hex: str) -> None:
         state = self._assignment.ready_state(tp.partition)
         if state is None or record.offset < state.next_offset:
             return

@@ -22,6 +22,8 @@ from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import _DefaultRecordBatchPy
 from aiokafka.record.memory_records import _MemoryRecordsPy
 
+from hotboard.records import Record
+
 #: What the client raises, while it builds a fetch's records, for a batch it cannot decode: records that do not
 #: parse (a header name that is not UTF-8, a bad CRC), a codec without its library, compressed bytes that no
 #: codec reads (gzip, and cramjam's snappy, lz4, zstd). Never a network or broker error: those are retried.
@@ -109,7 +111,7 @@ def header_name_ok(name: str) -> bool:
     return True
 
 
-def unreadable_header(record: Any) -> str | None:
+def unreadable_header(record: Record) -> str | None:
     """The first header name of ``record`` that is not valid UTF-8, escaped; None when all are."""
     for name, _ in record.headers or ():
         if not header_name_ok(name):

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any
 
 from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import TS, Decoded, InvalidEvent, Reason
 from hotboard.periods import Period, expire_at_ms, is_late, period_board
+from hotboard.records import Record
 
 
 @lru_cache(maxsize=4096)
@@ -24,7 +24,7 @@ def _expiry(period: Period, definition: BoardDef) -> int:
 
 
 def route(
-    records: Sequence[Any], decoded: Sequence[Decoded], defs: Mapping[str, BoardDef | DefinitionError]
+    records: Sequence[Record], decoded: Sequence[Decoded], defs: Mapping[str, BoardDef | DefinitionError]
 ) -> tuple[list[Decoded], dict[str, BoardDef | DefinitionError]]:
     """``decoded`` with every event of a seasonal board renamed to its period board (or turned into a dead
     letter: ``period_closed``, or no event time at all), and ``defs`` extended with the period boards."""

@@ -29,9 +29,10 @@ from hotboard.operators import Folded as OpState
 from hotboard.operators import event as op_event
 from hotboard.operators import fold as op_fold
 from hotboard.operators import summed
+from hotboard.records import Record
 
 #: (the consumed record, why it is invalid). Kept in the window like a delta until its flush.
-DeadLetter = tuple[Any, InvalidEvent]
+DeadLetter = tuple[Record, InvalidEvent]
 
 
 class Folded(NamedTuple):
@@ -79,7 +80,7 @@ class PartitionFold:
     #: Invalid records waiting to be dead-lettered with this window.
     dead: list[DeadLetter] = field(default_factory=list)
 
-    def fold_batch(self, records: Sequence[Any], fast: dict[str, BoardDef], decoder: Decoder) -> Folded:
+    def fold_batch(self, records: Sequence[Record], fast: dict[str, BoardDef], decoder: Decoder) -> Folded:
         """Fold plain ``incr`` events (no ``op``, no ``meta``) of boards in ``fast`` (past their watermark, and
         summed by their definition); returns how many records were consumed: all of them, or up to the first
         valid event that needs more (its watermark looked up, or another operator: the caller continues with
@@ -110,7 +111,7 @@ class PartitionFold:
         done = 0
         try:
             for record in records:
-                value = record.value
+                value: Any = record.value  # a tombstone's None fails in loads(): the slow path says why
                 try:
                     obj = loads(value)
                     if len(obj) == 4:  # the usual event: these four fields and no other (no op, meta or score)
@@ -174,7 +175,7 @@ class PartitionFold:
 
     def fold_checked(
         self,
-        records: Sequence[Any],
+        records: Sequence[Record],
         decoded: Sequence[Decoded],
         watermarks: dict[str, int],
         clear: set[str],
@@ -263,7 +264,7 @@ class PartitionFold:
 
     def _settle(
         self,
-        records: Sequence[Any],
+        records: Sequence[Record],
         done: int,
         not_folded: int,
         added: int,

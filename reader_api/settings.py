@@ -45,5 +45,5 @@ class ApiSettings(BaseSettings):
     api_http: Literal["bounded", "httptools", "h11"] = Field(
         "bounded",
         description="HTTP/1.1 protocol: bounded (uvicorn httptools with the limits above); httptools = stock uvicorn "
-        "httptools with none of them (the setup before issue 8), h11 = stock uvicorn h11; both for benchmarks only",
+        "httptools with none of them, h11 = stock uvicorn h11; both for benchmarks only",
     )

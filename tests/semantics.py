@@ -1,22 +1,27 @@
 """The reference model of board semantics, computed without hotboard's fold: every event applied one by one, in
-offset order, exactly as the issue states it (and the driver that feeds the same events through the real
+offset order, exactly as the event contract states it (and the driver that feeds the same events through the real
 fold, window by window, as the worker's intake does)."""
 
 from __future__ import annotations
 
 import itertools
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import orjson
+from redis.asyncio import Redis
 
-from flusher.batch import BoardBatch
+from flusher.batch import NO_WATERMARK, BoardBatch, Outcome
+from flusher.redis_sink import RedisSink
+from hotboard import earliest, keys
 from hotboard.boards import BoardDef
 from hotboard.codec import Decoder, decode_all
+from hotboard.records import Record
 from ingest.pending import Window
+from tests.records import record
 
 #: player -> (score, tie time): tie time is the event time of the last event that changed the score.
 Board = dict[str, tuple[int, int]]
@@ -89,10 +94,10 @@ def fold_windows(
     ``ingest.intake`` does. Returns each window's batches."""
     decoder = Decoder()
     offsets = [0] * partitions
-    records: list[tuple[int, SimpleNamespace]] = []
+    records: list[tuple[int, Record]] = []
     for e in events:
         p = partition_of(e.player, partitions)
-        records.append((p, SimpleNamespace(offset=offsets[p], value=e.value(board, definition), timestamp=e.ts)))
+        records.append((p, record(e.value(board, definition), offsets[p], timestamp=e.ts)))
         offsets[p] += 1
     fast: list[dict[str, BoardDef]] = [{} for _ in range(partitions)]
     clear: list[set[str]] = [set() for _ in range(partitions)]
@@ -158,3 +163,53 @@ def read_board(r: Any, board: str, definition: BoardDef) -> Board:
 def comparable(board: Board, definition: BoardDef) -> Board:
     """Tie times matter on ``earliest`` boards only."""
     return board if definition.earliest else {p: (v, 0) for p, (v, _) in board.items()}
+
+
+# ---------------------------------------------------------------- the same, on a real Redis
+
+
+async def hash_of(redis: Redis, key: str) -> dict[bytes, bytes]:
+    return cast("dict[bytes, bytes]", await redis.hgetall(key))
+
+
+def pairs_of(rows: object) -> list[tuple[bytes, float]]:
+    return cast("list[tuple[bytes, float]]", rows)
+
+
+async def stored(redis: Redis, board: str, definition: BoardDef) -> dict[str, tuple[int, int | None]]:
+    """player -> (score, tie time or None), decoded from the layout in hotboard.boards."""
+    rows = cast("list[tuple[bytes, float]]", await redis.zrange(keys.board_key(board), 0, -1, withscores=True))
+    out: dict[str, tuple[int, int | None]] = {}
+    for raw, score in rows:
+        member = raw.decode()
+        value = int(score) * definition.sign
+        if definition.earliest:
+            out[earliest.player_of(member)] = (value, int(member[:16]))
+        else:
+            out[member] = (value, None)
+    if definition.earliest:
+        mapping = {k.decode(): v.decode() for k, v in (await hash_of(redis, keys.members_key(board))).items()}
+        assert {p: earliest.member(t, p) for p, (_, t) in out.items() if t is not None} == mapping
+    return out
+
+
+async def check_dense(redis: Redis, board: str, scores: dict[str, tuple[int, int | None]]) -> None:
+    """A dense board's count hash and distinct-score set agree with its scores."""
+    counts = Counter(v for v, _ in scores.values())
+    held = {int(k): int(v) for k, v in (await hash_of(redis, keys.counts_key(board))).items()}
+    assert held == dict(counts)
+    distinct = [
+        (m.decode(), int(s)) for m, s in pairs_of(await redis.zrange(keys.dense_key(board), 0, -1, withscores=True))
+    ]
+    assert distinct == [(str(v), v) for v in sorted(counts)]
+
+
+async def flush_all(sink: RedisSink, windows: list[list[BoardBatch]]) -> None:
+    """Flush ``windows`` in order, each expecting the watermarks the previous ones left; every batch applies."""
+    marks: dict[tuple[str, int], int] = {}
+    for batches in windows:
+        results = await sink.flush(batches, lambda b, p: marks.get((b, p), NO_WATERMARK))
+        assert all(r.outcome is Outcome.APPLIED for r in results), results
+        for batch in batches:
+            for p, offset in batch.offsets.items():
+                marks[batch.board, p] = offset

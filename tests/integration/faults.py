@@ -17,6 +17,10 @@ from hotboard.devstack import free_port
 _RECORDS_AT = 61
 
 
+#: One record as produced: (key, value, headers).
+Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
+
+
 class TcpProxy:
     """127.0.0.1:port -> target, on its own event loop thread. ``cut()`` closes every connection and refuses
     new ones (a network partition: the server itself keeps running, same run_id); ``restore()`` heals it."""
@@ -117,7 +121,7 @@ async def send_raw(
     kafka: str,
     topic: str,
     partition: int,
-    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]],
+    records: list[Raw],
     *,
     patch: tuple[bytes, bytes] | None = None,
     compression_type: str | None = None,

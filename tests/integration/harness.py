@@ -1,5 +1,6 @@
 """Test harness for the worker fleet: worker processes we can kill, stop and freeze; a background feeder of
-events; and the independent reference totals every board must equal."""
+events; the independent reference totals every board must equal; and an in-process worker for tests that
+reach into it."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import redis
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from hotboard import keys
@@ -27,6 +29,9 @@ from hotboard.codec import Event
 from hotboard.devstack import free_port
 from hotboard.loadgen import PublishStats, generate, publish
 from hotboard.process import spawn, stop_process
+from hotboard.records import Record
+from ingest.settings import WorkerSettings
+from ingest.worker import Worker
 
 Totals = dict[str, dict[str, int]]
 
@@ -319,3 +324,94 @@ def zincrby_calls(url: str) -> int:
         return int(stats.get("calls", 0))
     finally:
         r.close()
+
+
+# ---------------------------------------------------------------- an in-process worker
+
+
+def worker_events(board: str, players: int, count: int, start: int = 0) -> list[Event]:
+    """``count`` events on ``board`` spread over ``players`` players, amounts 1..5."""
+    return [Event(board, f"{board}-p{(start + i) % players}", 1 + (start + i) % 5, None) for i in range(count)]
+
+
+def worker_settings(kafka: str, redis_url: str, topic: str, group: str, **kw: Any) -> WorkerSettings:
+    """An in-process worker's settings: short windows and the session timeout the embedded broker needs."""
+    base: dict[str, Any] = {
+        "kafka": kafka,
+        "redis": redis_url,
+        "topic": topic,
+        "group": group,
+        "window_ms": 200,
+        "metrics_port": 0,
+        "session_timeout_ms": 6000,
+    }
+    return WorkerSettings(**{**base, **kw})
+
+
+async def wait_while_running(
+    check: Callable[[], bool], task: asyncio.Task[None], what: str, timeout_s: float = 60.0
+) -> None:
+    """Poll ``check`` until it holds; the worker task ending first is a failure with its own error."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if task.done():
+            task.result()
+            raise AssertionError(f"worker stopped before {what}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def run_worker(
+    settings: WorkerSettings,
+    until: Callable[[Worker], bool],
+    what: str,
+    patch: Callable[[Worker], Awaitable[None]] | None = None,
+) -> Worker:
+    """An in-process worker until ``until(worker)`` holds; then a clean stop."""
+    async with Worker(settings, handle_signals=False) as worker:
+        if patch is not None:
+            await patch(worker)
+        task = asyncio.create_task(worker.run())
+        try:
+            await wait_while_running(lambda: until(worker), task, what)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+    return worker
+
+
+def sample(worker: Worker, name: str, **labels: str) -> float:
+    """One metric of an in-process worker (0 before its first increment)."""
+    return worker.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def log_starts_at(worker: Worker, start: int) -> None:
+    """Retention, simulated: the embedded broker has no DeleteRecords, so the worker is told the log starts
+    later than 0 (what a real Kafka answers after retention or DeleteRecords)."""
+    real = worker._consumer.beginning_offsets
+
+    async def beginning_offsets(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: max(o, start) for tp, o in (await real(tps)).items()}
+
+    worker._consumer.beginning_offsets = beginning_offsets
+
+
+async def read_topic(kafka: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[Record]:
+    """Up to ``expected`` records of every partition of ``topic`` (a DLQ, say), from the beginning."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    out: list[Record] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while len(out) < expected and time.monotonic() < deadline:
+            for recs in (await consumer.getmany(timeout_ms=500)).values():
+                out.extend(recs)
+    finally:
+        await consumer.stop()
+    return out
+
+
+def checkpoint(url: str, topic: str, partition: int = 0) -> int | None:
+    """The checkpoint Redis holds for ``partition`` of ``topic`` (the last offset applied), if any."""
+    value = redis.Redis.from_url(url).hget(keys.checkpoint_key(topic), str(partition))
+    return None if value is None else int(cast("bytes", value))

@@ -14,13 +14,11 @@ from confluent_kafka import Producer
 from hotboard.codec import Event, encode
 from ingest.partitions import HaltReason
 from ingest.worker import Worker
-from tests.integration.faults import send_raw
-from tests.integration.harness import read_boards, totals_of, wait_exact
-from tests.integration.test_faults import _settings, _until
+from tests.integration.faults import Raw, send_raw
+from tests.integration.harness import read_boards, totals_of, wait_exact, wait_while_running, worker_settings
 
 pytestmark = pytest.mark.integration
 
-Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -88,18 +86,18 @@ async def test_a_batch_the_client_cannot_decode_halts_only_its_partition(
         await send_raw(kafka, topic, 0, good, compression_type="lz4", flip_payload=True)
     first = [Event("global", f"q{i % 13}", 1 + i % 5, None) for i in range(300)]
     await asyncio.to_thread(produce, kafka, topic, first, "none", 1)
-    settings = _settings(kafka, redis_url, topic, f"g-{topic}")
+    settings = worker_settings(kafka, redis_url, topic, f"g-{topic}")
     async with Worker(settings, handle_signals=False) as worker:
         task = asyncio.create_task(worker.run())
         try:
-            await _until(lambda: 0 in worker.halted, task, "partition 0 halted")
+            await wait_while_running(lambda: 0 in worker.halted, task, "partition 0 halted")
             halt = worker.halted[0]
             assert halt.reason is HaltReason.UNREADABLE
             assert "offset 10 " in halt.detail and ("snappy" in halt.detail or fault != "missing codec"), halt
             more = [Event("global", f"q{i % 7}", 2, None) for i in range(100)]
             await asyncio.to_thread(produce, kafka, topic, more, "none", 1)
             expected = totals_of(before + first + more)
-            await _until(lambda: read_boards(redis_url, ["global"]) == expected, task, "partition 1 exact")
+            await wait_while_running(lambda: read_boards(redis_url, ["global"]) == expected, task, "partition 1 exact")
             assert not task.done() and worker.alive
             assert set(worker.halted) == {0} and not worker.ready
         finally:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import orjson
 import pytest
@@ -28,55 +27,23 @@ from ingest.settings import WorkerSettings
 from ingest.worker import Worker
 from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy, send_raw
-from tests.integration.harness import Feeder, read_boards, skewed_events, totals_of, wait_exact
+from tests.integration.harness import (
+    Feeder,
+    checkpoint,
+    log_starts_at,
+    read_boards,
+    read_topic,
+    run_worker,
+    sample,
+    skewed_events,
+    totals_of,
+    wait_exact,
+    wait_while_running,
+    worker_events,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.integration
-
-
-def _events(board: str, players: int, count: int, start: int = 0) -> list[Event]:
-    return [Event(board, f"{board}-p{(start + i) % players}", 1 + (start + i) % 5, None) for i in range(count)]
-
-
-def _settings(kafka: str, redis_url: str, topic: str, group: str, **kw: Any) -> WorkerSettings:
-    base: dict[str, Any] = {
-        "kafka": kafka,
-        "redis": redis_url,
-        "topic": topic,
-        "group": group,
-        "window_ms": 200,
-        "metrics_port": 0,
-        "session_timeout_ms": 6000,
-    }
-    return WorkerSettings(**{**base, **kw})
-
-
-async def _until(check: Callable[[], bool], task: asyncio.Task[None], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if task.done():
-            task.result()
-            raise AssertionError(f"worker stopped before {what}")
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
-async def _run(settings: WorkerSettings, until: Callable[[Worker], bool], what: str,
-               patch: Callable[[Worker], Awaitable[None]] | None = None) -> Worker:  # fmt: skip
-    """An in-process worker until ``until(worker)`` holds; then a clean stop."""
-    async with Worker(settings, handle_signals=False) as worker:
-        if patch is not None:
-            await patch(worker)
-        task = asyncio.create_task(worker.run())
-        try:
-            await _until(lambda: until(worker), task, what)
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 30)
-    return worker
-
-
-def _sample(worker: Worker, name: str, **labels: str) -> float:
-    return worker.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 # ---------------------------------------------------------------- 1. a rebalance during the flush backoff
@@ -107,6 +74,33 @@ def test_rebalance_while_cut_off_from_redis_counts_nothing_twice(
         wait_exact(redis_server.url, totals_of(events), timeout_s=90)
 
 
+@pytest.mark.parametrize("joiner", ["same_topic", "other_topic"])
+def test_a_rebalance_right_after_redis_heals_during_the_backoff(
+    joiner: str, kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
+) -> None:
+    """Heal a cut while the worker sleeps in a long backoff, then rebalance: ``on_revoked``'s flush succeeds, and
+    must take the active window with the sealed one. When the same partitions come back (``other_topic``: a
+    member of the same group on another topic joins, so the worker keeps every partition) they are fetched and
+    folded again and no revoked partition fences the flush: a window kept across would count twice."""
+    topic = topic_factory(8)
+    events = skewed_events(30_000, seed=23)
+    with TcpProxy(redis_server.port) as proxy:
+        first = spawn(proxy.url, topic, "first", extra_env={"HOTBOARD_BACKOFF_MAX_S": "20"})
+        first.wait_ready()
+        feeder = Feeder(kafka, topic, events, rate=2500)
+        feeder.start()
+        first.wait_metric("hotboard_windows_total", 2, result="flushed")
+        proxy.cut()
+        first.wait_metric("hotboard_windows_total", 8, result="failed", timeout_s=90)  # next backoff: 10-20 s
+        proxy.restore()
+        second = spawn(redis_server.url, topic if joiner == "same_topic" else topic_factory(1), "second")
+        if joiner == "same_topic":
+            second.wait_ready()
+        first.wait_metric("hotboard_rebalances_total", 2)
+        feeder.finish()
+        wait_exact(redis_server.url, totals_of(events), timeout_s=90)
+
+
 # ---------------------------------------------------------------- 2. the resume point is a per-partition checkpoint
 
 
@@ -116,7 +110,7 @@ async def test_a_board_whose_first_batch_was_lost_is_replayed(
     """A worker dies after the first board's script of a window reached Redis and before the second's: the
     second board has no watermark on the partition, and must not be skipped by the next owner."""
     topic = topic_factory(1)
-    events = _events("a", 5, 50) + _events("b", 5, 500)
+    events = worker_events("a", 5, 50) + worker_events("b", 5, 500)
     await publish(kafka, topic, events)
     group = f"g-{topic}"
 
@@ -129,13 +123,13 @@ async def test_a_board_whose_first_batch_was_lost_is_replayed(
 
         worker._sink.flush = flush  # type: ignore[method-assign]  # fault injection
 
-    settings = _settings(kafka, redis_url, topic, group, window_ms=3000)
+    settings = worker_settings(kafka, redis_url, topic, group, window_ms=3000)
     with pytest.raises(RuntimeError, match="injected"):
-        await _run(settings, lambda w: False, "the injected crash", crash_after_first_batch)
+        await run_worker(settings, lambda w: False, "the injected crash", crash_after_first_batch)
     half = read_boards(redis_url, ["a", "b"])
     assert sum(map(len, half.values())) == 5, f"exactly one board took the window: {half}"
-    await _run(
-        _settings(kafka, redis_url, topic, group),
+    await run_worker(
+        worker_settings(kafka, redis_url, topic, group),
         lambda w: read_boards(redis_url, ["a", "b"]) == totals_of(events),
         "exact boards",
     )
@@ -145,7 +139,7 @@ async def test_a_partition_without_checkpoint_starts_at_the_beginning_not_the_co
     kafka: str, topic_factory: Callable[..., str], redis_url: str
 ) -> None:
     topic = topic_factory(1)
-    events = _events("global", 7, 110)
+    events = worker_events("global", 7, 110)
     await publish(kafka, topic, events)
     group = f"g-{topic}"
     tp = TopicPartition(topic, 0)
@@ -157,8 +151,10 @@ async def test_a_partition_without_checkpoint_starts_at_the_beginning_not_the_co
     finally:
         await committer.stop()
     expected = totals_of(events)
-    await _run(
-        _settings(kafka, redis_url, topic, group), lambda w: read_boards(redis_url, ["global"]) == expected, "exact"
+    await run_worker(
+        worker_settings(kafka, redis_url, topic, group),
+        lambda w: read_boards(redis_url, ["global"]) == expected,
+        "exact",
     )
 
 
@@ -187,34 +183,23 @@ def test_redis_emptied_while_running_is_rebuilt_from_the_log(
     )
 
 
-async def _log_starts_at(worker: Worker, start: int) -> None:
-    """Retention, simulated: the embedded broker has no DeleteRecords, so the worker is told the log starts
-    later than 0 (what a real Kafka answers after retention or DeleteRecords)."""
-    real = worker._consumer.beginning_offsets
-
-    async def beginning_offsets(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: max(o, start) for tp, o in (await real(tps)).items()}
-
-    worker._consumer.beginning_offsets = beginning_offsets
-
-
 async def test_history_gone_from_redis_and_kafka_halts_loudly(
     kafka: str, topic_factory: Callable[..., str], redis_url: str
 ) -> None:
     topic = topic_factory(2)
-    events = _events("global", 9, 200)
+    events = worker_events("global", 9, 200)
     await publish(kafka, topic, events)
     group = f"g-{topic}"
-    settings = _settings(kafka, redis_url, topic, group)
-    await _run(settings, lambda w: read_boards(redis_url, ["global"]) == totals_of(events), "the first pass")
+    settings = worker_settings(kafka, redis_url, topic, group)
+    await run_worker(settings, lambda w: read_boards(redis_url, ["global"]) == totals_of(events), "the first pass")
     await Redis.from_url(redis_url).flushall()  # Redis comes back empty; the log has been trimmed meanwhile
 
     async def trimmed(worker: Worker) -> None:
-        await _log_starts_at(worker, 60)
+        await log_starts_at(worker, 60)
 
-    worker = await _run(settings, lambda w: len(w.halted) == 2, "both partitions to halt", trimmed)
+    worker = await run_worker(settings, lambda w: len(w.halted) == 2, "both partitions to halt", trimmed)
     assert {h.reason for h in worker.halted.values()} == {HaltReason.REDIS_LOST}
-    assert _sample(worker, "hotboard_redis_data_loss") == 2 and not worker.ready
+    assert sample(worker, "hotboard_redis_data_loss") == 2 and not worker.ready
     assert read_boards(redis_url, ["global"]) == {"global": {}}, "a halted partition applies nothing"
 
 
@@ -222,22 +207,53 @@ async def test_a_resume_point_deleted_by_retention_halts_and_counts_the_loss(
     kafka: str, topic_factory: Callable[..., str], redis_url: str
 ) -> None:
     topic = topic_factory(1)
-    await publish(kafka, topic, _events("global", 3, 100))
+    await publish(kafka, topic, worker_events("global", 3, 100))
     group = f"g-{topic}"
-    settings = _settings(kafka, redis_url, topic, group)
-    await _run(
+    settings = worker_settings(kafka, redis_url, topic, group)
+    await run_worker(
         settings,
         lambda w: all(st.checkpoint == 99 for st in w._assignment.parts.values()) and bool(w._assignment.parts),
         "checkpoint 99",
     )
-    await publish(kafka, topic, _events("global", 3, 100, start=100))
+    await publish(kafka, topic, worker_events("global", 3, 100, start=100))
 
     async def trimmed(worker: Worker) -> None:
-        await _log_starts_at(worker, 150)
+        await log_starts_at(worker, 150)
 
-    worker = await _run(settings, lambda w: bool(w.halted), "the halt", trimmed)
+    worker = await run_worker(settings, lambda w: bool(w.halted), "the halt", trimmed)
     assert [h.reason for h in worker.halted.values()] == [HaltReason.RETENTION_LOST]
-    assert _sample(worker, "hotboard_records_lost_total") == 50
+    assert sample(worker, "hotboard_records_lost_total") == 50
+
+
+async def test_flushall_does_not_lose_a_board_not_looked_up_since_positioning(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str
+) -> None:
+    """quiet@0, busy@1..100 applied; the worker restarts (watermarks are looked up lazily: none known); FLUSHALL;
+    quiet@101. The lookup answers 'no watermark' from the emptied Redis: quiet's batch must not apply (and write
+    watermark 101) before the checkpoint CAS notices the loss, or the replay from 0 skips quiet@0 under it."""
+    topic = topic_factory(1)
+    events = [Event("quiet", "q", 5, None)] + [Event("busy", f"b{i % 7}", 1, None) for i in range(100)]
+    await publish(kafka, topic, events)
+    group = f"g-{topic}"
+    settings = worker_settings(kafka, redis_url, topic, group)
+    await run_worker(settings, lambda w: checkpoint(redis_url, topic) == 100, "checkpoint 100")
+    more = [Event("quiet", "q", 7, None)]
+    async with Worker(settings, handle_signals=False) as worker:
+        task = asyncio.create_task(worker.run())
+        try:
+            await wait_while_running(
+                lambda: worker.ready and worker._assignment.parts[0].checkpoint == 100, task, "positioned"
+            )
+            await Redis.from_url(redis_url).flushall()
+            await publish(kafka, topic, more)
+            await wait_while_running(
+                lambda: checkpoint(redis_url, topic) == 101, task, "checkpoint 101 after the replay"
+            )
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+    got = read_boards(redis_url, ["quiet", "busy"])
+    assert got == totals_of(events + more), got
 
 
 # ---------------------------------------------------------------- 4. checkpoints tied to their log
@@ -252,7 +268,7 @@ def test_checkpoints_beyond_the_log_end_halt_instead_of_skipping(
     r.hset(keys.checkpoint_key(topic), "0", 1000)
     r.hset(keys.applied_key("global"), keys.watermark_field(topic, 0), 1000)
     r.zadd(keys.BOARD_INDEX_KEY, {"global": 0})
-    Feeder(kafka, topic, _events("global", 5, 100), rate=0).finish()
+    Feeder(kafka, topic, worker_events("global", 5, 100), rate=0).finish()
     worker = spawn(redis_server.url, topic)
     worker.wait_metric("hotboard_redis_data_loss", 1)
     assert worker.status("/readyz") == 503
@@ -266,7 +282,7 @@ def test_a_board_fed_once_long_ago_does_not_pin_the_replay(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
     topic = topic_factory(1)
-    events = _events("quiet", 1, 1) + _events("busy", 1000, 120_000)
+    events = worker_events("quiet", 1, 1) + worker_events("busy", 1000, 120_000)
     Feeder(kafka, topic, events, rate=0).finish()
     first = spawn(redis_server.url, topic, "first")
     wait_exact(redis_server.url, totals_of(events), timeout_s=120)
@@ -278,7 +294,7 @@ def test_a_board_fed_once_long_ago_does_not_pin_the_replay(
     first.kill()
     again = spawn(redis_server.url, topic, "again")
     again.wait_ready()
-    more = _events("busy", 1000, 10, start=7)
+    more = worker_events("busy", 1000, 10, start=7)
     Feeder(kafka, topic, more, rate=0).finish()
     wait_exact(redis_server.url, totals_of(events + more), timeout_s=60)
     assert again.metric("hotboard_events_total", result="duplicate") < 1200
@@ -298,25 +314,11 @@ def test_the_worker_reads_committed_records_only() -> None:
 # ---------------------------------------------------------------- 8 and 9. no single record stops a worker
 
 
-async def _read_topic(kafka: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[Any]:
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest", group_id=None)
-    await consumer.start()
-    out: list[Any] = []
-    try:
-        deadline = time.monotonic() + timeout_s
-        while len(out) < expected and time.monotonic() < deadline:
-            for recs in (await consumer.getmany(timeout_ms=500)).values():
-                out.extend(recs)
-    finally:
-        await consumer.stop()
-    return out
-
-
 async def test_poison_neither_stalls_nor_crashes_a_worker(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
     topic = topic_factory(1)
-    good = [_events("global", 4, 20, start=i * 20) for i in range(5)]
+    good = [worker_events("global", 4, 20, start=i * 20) for i in range(5)]
     deep = b'{"player": "p", "delta": 1, "op": ' + b"[" * 1000 + b"]" * 1000 + b"}"
     huge = b'{"player": "p", "delta": 1, "pad": "' + b"x" * (1 << 20) + b'"}'
 
@@ -333,7 +335,7 @@ async def test_poison_neither_stalls_nor_crashes_a_worker(
     everything = [e for chunk in good for e in chunk]
     wait_exact(redis_server.url, totals_of(everything), timeout_s=90)
     worker.wait_metric("hotboard_events_total", 4, result="invalid")
-    letters = await _read_topic(kafka, f"{topic}.dlq", 4)
+    letters = await read_topic(kafka, f"{topic}.dlq", 4)
     reasons = {dict(r.headers)[dlq.ERROR_HEADER].decode().split(":")[0]: r for r in letters}
     assert sorted(reasons) == ["not_json", "too_large", "unreadable", "unsupported_op"], reasons
     null = dict(reasons["not_json"].headers)
@@ -342,7 +344,7 @@ async def test_poison_neither_stalls_nor_crashes_a_worker(
     big_headers = dict(big.headers)
     assert int(big_headers[dlq.VALUE_SIZE_HEADER]) == len(huge)
     assert big_headers[dlq.VALUE_SHA256_HEADER].decode() == hashlib.sha256(huge).hexdigest()
-    assert len(big.value) < 200_000 and big_headers["trace"] == b"t" * 100
+    assert big.value is not None and len(big.value) < 200_000 and big_headers["trace"] == b"t" * 100
     assert worker.status("/readyz") == 200 and worker.status("/healthz") == 200
     assert worker.proc is not None and worker.proc.poll() is None
 
@@ -372,7 +374,7 @@ def test_a_huge_window_is_flushed_as_short_scripts(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
     topic = topic_factory(1)
-    events = _events("global", 100_000, 100_000)
+    events = worker_events("global", 100_000, 100_000)
     r = redis.Redis.from_url(redis_server.url)
     r.config_set("slowlog-log-slower-than", 50_000)  # microseconds
     r.slowlog_reset()
@@ -394,12 +396,12 @@ async def test_totals_saturate_and_the_top_page_still_answers(
     top = 2**53 - 1
     events = [Event("global", "whale", top, None)] * 2049 + [Event("global", "krill", -top, None)] * 3
     await publish(kafka, topic, events)
-    worker = await _run(
-        _settings(kafka, redis_url, topic, f"g-{topic}"),
+    worker = await run_worker(
+        worker_settings(kafka, redis_url, topic, f"g-{topic}"),
         lambda w: read_boards(redis_url, ["global"]) == {"global": {"whale": top, "krill": -top}},
         "saturated totals",
     )
-    assert _sample(worker, "hotboard_saturated_total") >= 2
+    assert sample(worker, "hotboard_saturated_total") >= 2
     client = Redis.from_url(redis_url)
     try:
         scores = await client.zrange(keys.board_key("global"), 0, -1, withscores=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,21 @@ from ingest.partitions import HaltReason
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
 from tests.integration.conftest import Spawn
-from tests.integration.harness import Feeder, read_boards, totals_of, wait_exact, wait_for
-from tests.integration.test_faults import _events, _log_starts_at, _run, _settings, _until
+from tests.integration.harness import (
+    Feeder,
+    checkpoint,
+    log_starts_at,
+    read_boards,
+    run_worker,
+    totals_of,
+    wait_exact,
+    wait_for,
+    wait_while_running,
+    worker_events,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.integration
-
-
-def _checkpoint(url: str, topic: str, partition: int = 0) -> int | None:
-    value = redis.Redis.from_url(url).hget(keys.checkpoint_key(topic), str(partition))
-    return None if value is None else int(value)
 
 
 def _halt_field(url: str, topic: str, partition: int = 0) -> bytes | None:
@@ -48,8 +55,8 @@ async def test_a_halt_with_pending_work_does_not_lift_itself(
     decided while that fetch's window is pending. Its flush must not move the checkpoint the halt is tied to,
     or the next recheck reads "an operator wrote the checkpoint" and resumes by itself."""
     topic = topic_factory(1)
-    await publish(kafka, topic, _events("global", 5, 50))
-    settings = _settings(kafka, redis_url, topic, f"g-{topic}", window_ms=1000, halt_recheck_s=0.3)
+    await publish(kafka, topic, worker_events("global", 5, 50))
+    settings = worker_settings(kafka, redis_url, topic, f"g-{topic}", window_ms=1000, halt_recheck_s=0.3)
     positionings: list[int] = []
     async with Worker(settings, handle_signals=False) as worker:
         real_getmany, real_positions = worker._consumer.getmany, worker._sink.load_positions
@@ -72,11 +79,11 @@ async def test_a_halt_with_pending_work_does_not_lift_itself(
         worker._sink.load_positions = load_positions  # type: ignore[method-assign]
         task = asyncio.create_task(worker.run())
         try:
-            await _until(lambda: bool(worker.halted), task, "the halt")
+            await wait_while_running(lambda: bool(worker.halted), task, "the halt")
             assert worker.pending_entries > 0, "the halt must be decided while its partition has pending work"
-            await _until(lambda: worker.pending_entries == 0, task, "the pending window flushed or dropped")
+            await wait_while_running(lambda: worker.pending_entries == 0, task, "the pending window flushed or dropped")
             seen = len(positionings)
-            await _until(lambda: len(positionings) >= seen + 3 or not worker.halted, task, "three rechecks")
+            await wait_while_running(lambda: len(positionings) >= seen + 3 or not worker.halted, task, "three rechecks")
             assert worker.halted, "the halt lifted itself: nobody wrote the checkpoint"
             assert [h.reason for h in worker.halted.values()] == [HaltReason.BEYOND_LOG_END]
             assert _halt_field(redis_url, topic) is not None
@@ -110,11 +117,11 @@ def test_lifting_a_log_end_halt_counts_the_new_log(
     topic = topic_factory(1)
     old = {"veteran": 7, "global-p0": 3}
     _recreated_topic(redis_server.url, topic, old)
-    first = _events("global", 5, 100)
+    first = worker_events("global", 5, 100)
     Feeder(kafka, topic, first, rate=0).finish()
     worker = spawn(redis_server.url, topic, extra_env={"HOTBOARD_HALT_RECHECK_S": "0.5"})
     worker.wait_metric("hotboard_redis_data_loss", 1)
-    later = _events("global", 5, 1000, start=100)
+    later = worker_events("global", 5, 1000, start=100)
     Feeder(kafka, topic, later, rate=0).finish()  # the new log grows past the old checkpoint: the halt holds
     new_log = first + later
     if remedy == "replay_from_start":
@@ -134,7 +141,7 @@ def test_lifting_a_log_end_halt_counts_the_new_log(
 async def _trimmed_worker(settings: WorkerSettings, log_start: int) -> AsyncIterator[tuple[Worker, asyncio.Task[None]]]:
     """An in-process worker told the log starts at ``log_start`` (retention, simulated), running until the end."""
     async with Worker(settings, handle_signals=False) as worker:
-        await _log_starts_at(worker, log_start)
+        await log_starts_at(worker, log_start)
         task = asyncio.create_task(worker.run())
         try:
             yield worker, task
@@ -147,7 +154,7 @@ async def _until_exact(worker: Worker, task: asyncio.Task[None], url: str, expec
     def done() -> bool:
         return worker.ready and read_boards(url, expected) == expected
 
-    await _until(done, task, "exact totals and /readyz green after the remedy")
+    await wait_while_running(done, task, "exact totals and /readyz green after the remedy")
 
 
 async def test_accepting_a_retention_loss_by_hset_resumes_after_it_exactly(
@@ -156,13 +163,13 @@ async def test_accepting_a_retention_loss_by_hset_resumes_after_it_exactly(
     """Retention deleted offsets 100..149 before they were applied (the log now starts at 150): halted. The
     operator accepts the loss with ``HSET hb:ckpt:{T} 0 149``; the worker resumes at 150, exact."""
     topic = topic_factory(1)
-    events = _events("global", 7, 200)
+    events = worker_events("global", 7, 200)
     await publish(kafka, topic, events[:100])
-    settings = _settings(kafka, redis_server.url, topic, f"g-{topic}", halt_recheck_s=0.5)
-    await _run(settings, lambda w: _checkpoint(redis_server.url, topic) == 99, "checkpoint 99")
+    settings = worker_settings(kafka, redis_server.url, topic, f"g-{topic}", halt_recheck_s=0.5)
+    await run_worker(settings, lambda w: checkpoint(redis_server.url, topic) == 99, "checkpoint 99")
     await publish(kafka, topic, events[100:])
     async with _trimmed_worker(settings, 150) as (worker, task):
-        await _until(lambda: bool(worker.halted), task, "the halt")
+        await wait_while_running(lambda: bool(worker.halted), task, "the halt")
         assert [h.reason for h in worker.halted.values()] == [HaltReason.RETENTION_LOST]
         await asyncio.to_thread(_redis_cli, redis_server, "HSET", keys.checkpoint_key(topic), "0", "149")
         await _until_exact(worker, task, redis_server.url, totals_of(events[:100] + events[150:]))
@@ -176,17 +183,17 @@ async def test_restoring_redis_from_a_backup_lifts_a_redis_lost_halt_exactly(
     restores last night's snapshot (``redis-cli --rdb``, then Redis restarted on it) while the worker runs:
     it resumes after the snapshot's checkpoint, and the events since count once."""
     topic = topic_factory(1)
-    events = _events("global", 7, 250)
+    events = worker_events("global", 7, 250)
     await publish(kafka, topic, events[:200])
-    settings = _settings(kafka, redis_server.url, topic, f"g-{topic}", halt_recheck_s=0.5)
-    await _run(settings, lambda w: _checkpoint(redis_server.url, topic) == 199, "checkpoint 199")
+    settings = worker_settings(kafka, redis_server.url, topic, f"g-{topic}", halt_recheck_s=0.5)
+    await run_worker(settings, lambda w: checkpoint(redis_server.url, topic) == 199, "checkpoint 199")
     backup = tmp_path / "backup"
     backup.mkdir()
     await asyncio.to_thread(_redis_cli, redis_server, "--rdb", str(backup / "dump.rdb"))
     await publish(kafka, topic, events[200:])
     await Redis.from_url(redis_server.url).flushall()  # the volume is lost; retention trimmed the log meanwhile
     async with _trimmed_worker(settings, 60) as (worker, task):
-        await _until(lambda: bool(worker.halted), task, "the halt")
+        await wait_while_running(lambda: bool(worker.halted), task, "the halt")
         assert [h.reason for h in worker.halted.values()] == [HaltReason.REDIS_LOST]
 
         def restore() -> None:
@@ -196,3 +203,37 @@ async def test_restoring_redis_from_a_backup_lifts_a_redis_lost_halt_exactly(
 
         await asyncio.to_thread(restore)
         await _until_exact(worker, task, redis_server.url, totals_of(events))
+
+
+async def test_a_log_end_halt_holds_when_the_new_log_grows_past_the_checkpoint(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str
+) -> None:
+    """Topic re-created: Redis holds checkpoint 1000, so the worker halts. Producers keep writing; once the new
+    log passes offset 1000 the periodic recheck must not reposition at 1001 (skipping records 0..1000): the halt
+    holds until an operator lifts it."""
+    topic = topic_factory(1)
+    r = redis.Redis.from_url(redis_url)
+    r.hset(keys.checkpoint_key(topic), "0", 1000)
+    r.hset(keys.applied_key("global"), keys.watermark_field(topic, 0), 1000)
+    r.zadd(keys.BOARD_INDEX_KEY, {"global": 0})
+    first = [Event("global", f"p{i % 5}", 1, None) for i in range(100)]
+    await publish(kafka, topic, first)
+    settings = worker_settings(kafka, redis_url, topic, f"g-{topic}", halt_recheck_s=1.0)
+    later = [Event("global", f"p{i % 5}", 1, None) for i in range(1000)]
+    lifted: list[float] = []
+    async with Worker(settings, handle_signals=False) as worker:
+        task = asyncio.create_task(worker.run())
+        try:
+            await wait_while_running(lambda: bool(worker.halted), task, "the halt")
+            await publish(kafka, topic, later)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not task.done():
+                if not worker.halted and read_boards(redis_url, ["global"])["global"]:
+                    lifted.append(time.monotonic())
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+    got = read_boards(redis_url, ["global"])["global"]
+    assert not lifted and not got, f"halt lifted by itself; boards now hold {sum(got.values())} of 1100 events"

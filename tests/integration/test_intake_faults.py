@@ -18,8 +18,17 @@ from hotboard.devstack import RedisServer
 from ingest.worker import Worker
 from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy, send_raw
-from tests.integration.harness import Feeder, read_boards, skewed_events, totals_of, wait_exact
-from tests.integration.test_faults import _events, _sample, _settings, _until
+from tests.integration.harness import (
+    Feeder,
+    read_boards,
+    sample,
+    skewed_events,
+    totals_of,
+    wait_exact,
+    wait_while_running,
+    worker_events,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -29,13 +38,13 @@ async def test_a_lookup_failing_after_a_rebalance_took_its_partition_does_not_cr
 ) -> None:
     """The worker folds partition 0 and looks its boards' watermarks up; a second member joins and takes
     partition 0 (round-robin over sorted member ids: its client id sorts first) while the lookup waits; then
-    Redis is cut and the lookup fails. The retry used to seek the partition it no longer holds, and the
-    consumer's IllegalStateError ended the worker."""
+    Redis is cut and the lookup fails. The retry must not seek the partition it no longer holds: the
+    consumer's IllegalStateError would end the worker."""
     topic = topic_factory(2)
     group = f"g-{topic}"
-    events = _events("fresh", 7, 60)
+    events = worker_events("fresh", 7, 60)
     with TcpProxy(redis_server.port) as proxy:
-        settings = _settings(kafka, proxy.url, topic, group, backoff_max_s=0.5)
+        settings = worker_settings(kafka, proxy.url, topic, group, backoff_max_s=0.5)
         joiner = AIOKafkaConsumer(
             topic, bootstrap_servers=kafka, group_id=group, client_id="0-joiner", session_timeout_ms=6000,
             enable_auto_commit=False, auto_offset_reset="earliest",
@@ -49,7 +58,7 @@ async def test_a_lookup_failing_after_a_rebalance_took_its_partition_does_not_cr
                     failed.append(partition)
                     await joiner.start()
                     # the rebalance is the joiner's and the worker's own state to poll, no event to wait on
-                    while not joiner.assignment() or _sample(worker, "hotboard_rebalances_total") < 2:  # noqa: ASYNC110
+                    while not joiner.assignment() or sample(worker, "hotboard_rebalances_total") < 2:  # noqa: ASYNC110
                         await asyncio.sleep(0.05)
                     assert TopicPartition(topic, partition) in joiner.assignment(), "the joiner must take it"
                     proxy.cut()
@@ -58,12 +67,14 @@ async def test_a_lookup_failing_after_a_rebalance_took_its_partition_does_not_cr
             worker._sink.load_watermarks = load  # type: ignore[method-assign]
             task = asyncio.create_task(worker.run())
             try:
-                await _until(lambda: worker.ready, task, "positioned")
+                await wait_while_running(lambda: worker.ready, task, "positioned")
                 await send_raw(kafka, topic, 0, [(e.player.encode(), encode(e), []) for e in events])
-                await _until(lambda: worker._backoff.failures > 0, task, "the lookup to fail")
+                await wait_while_running(lambda: worker._backoff.failures > 0, task, "the lookup to fail")
                 proxy.restore()
                 await joiner.stop()  # partition 0 comes back
-                await _until(lambda: read_boards(proxy.url, ["fresh"]) == totals_of(events), task, "exact totals")
+                await wait_while_running(
+                    lambda: read_boards(proxy.url, ["fresh"]) == totals_of(events), task, "exact totals"
+                )
             finally:
                 worker.stop()
                 await asyncio.wait_for(task, 30)
@@ -74,7 +85,7 @@ def test_sigterm_while_lookups_wait_on_a_frozen_redis_exits_within_the_documente
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
     """Redis frozen (SIGSTOP) right before events of boards the worker has not seen arrive on four partitions:
-    the fold waits on their watermark lookups. SIGTERM used to wait for each lookup to time out in turn
+    the fold waits on their watermark lookups. SIGTERM must not wait for each lookup to time out in turn
     (redis_timeout_s each, 18-19 s in all) against README's "exit 0 within 10 s"."""
     topic = topic_factory(4)
     events = skewed_events(4000, seed=41)

@@ -36,7 +36,7 @@ from hotboard.loadgen import generate, publish
 from hotboard.process import LOOPBACK, Child, free_port, url_answers
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
-from tests.integration.conftest_reader import api_server
+from tests.integration.reader_harness import api_server
 from tests.services import unavailable
 
 pytestmark = pytest.mark.integration
@@ -400,7 +400,7 @@ async def api_traffic(api_url: str, stop: asyncio.Event) -> None:
 
 async def test_every_api_query_of_dashboard_and_alerts_returns_data(redis_url: str, tmp_path: Path) -> None:
     if importlib.util.find_spec("reader_api") is None:
-        unavailable("reader_api (the read API, issue 3)")
+        unavailable("reader_api (the read API)")
     dashboard = {e: "dashboard" for e in grafana_exprs() if is_api(e)}
     alerts = {q: origin for q, origin in alert_checks(alert_rules()).items() if is_api(q)}
     assert dashboard and alerts

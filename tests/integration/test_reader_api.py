@@ -19,7 +19,7 @@ from hotboard.devstack import RedisServer
 from reader_api.answers import ErrorBody, FriendsList, Neighbourhood, PlayerRank, TopPage
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import api_process, asgi_client, conforms, metrics_text, reference_ranking
+from tests.integration.reader_harness import api_process, asgi_client, conforms, metrics_text, reference_ranking
 
 pytestmark = pytest.mark.integration
 
@@ -207,7 +207,7 @@ async def test_cache_serves_only_the_current_version(client: httpx.AsyncClient, 
 
 
 async def test_tiny_distinct_pages_do_not_evict_the_popular_page(redis_url: str, redis_client: Redis) -> None:
-    """A client asking ``?limit=1&offset=N`` for every N used to empty the top-page cache for everyone."""
+    """A client asking ``?limit=1&offset=N`` for every N does not empty the top-page cache for everyone."""
     await load_board(redis_client, BOARD, {f"p{i}": i for i in range(300)}, version=1)
     app = create_app(ApiSettings(redis=redis_url, api_cache_size=16))
     async with asgi_client(app) as client:

@@ -18,7 +18,7 @@ from hotboard.boards import DEFAULT, ORDERS, TIE_DIGITS, TIES, BoardDef
 from reader_api.answers import BoardInfo, BoardList, FriendsList, Neighbourhood, PlayerRank, TopPage
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import asgi_client, conforms, reference_ranking
+from tests.integration.reader_harness import asgi_client, conforms, reference_ranking
 
 pytestmark = pytest.mark.integration
 

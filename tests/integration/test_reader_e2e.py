@@ -18,7 +18,7 @@ from ingest.settings import WorkerSettings
 from ingest.worker import Worker
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import asgi_client, reference_ranking
+from tests.integration.reader_harness import asgi_client, reference_ranking
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from reader_api.paths import EncodedSlashMiddleware
 from reader_api.routes import PLAYER
 from reader_api.service import Reader
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import asgi_client, metrics_text
+from tests.integration.reader_harness import asgi_client, metrics_text
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The read API under hostile clients (issue 8): a real ``hotboard api`` process, raw sockets, bounded loops.
+"""The read API under hostile clients: a real ``hotboard api`` process, raw sockets, bounded loops.
 
 Each test asserts on what the server answers (status codes, JSON error codes, headers) or on what it holds
 (RSS from /proc, connections it opened towards Redis), never on its logs.
@@ -22,7 +22,7 @@ import redis
 from bench.api import MiB, pipelined_flood
 from hotboard import keys
 from hotboard.devstack import LOOPBACK, free_port
-from tests.integration.conftest_reader import ApiServer, api_server
+from tests.integration.reader_harness import ApiServer, api_server
 
 pytestmark = pytest.mark.integration
 
@@ -302,7 +302,7 @@ def test_fast_path_answers_a_redis_timeout_once(tmp_path: Path) -> None:
     with silent_redis() as (url, listener), api_server(url, tmp_path, env=env) as server:
         status, headers, body = ask(server.port, RANK)
         assert (status, error_code(body), headers["retry-after"]) == (503, "redis_unavailable", "7")
-        # One attempt plus the pool's one retry, each on a new connection; the full app used to repeat both.
+        # One attempt plus the pool's one retry, each on a new connection, and the full app repeats neither.
         assert accepted_connections(listener) == 2
         status, _, metrics = ask(server.metrics_port, b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
         line = 'hotboard_api_requests_total{method="GET",route="/v1/boards/{board}/players/{player}",status="503"} 1.0'

@@ -14,7 +14,7 @@ import redis
 
 from hotboard import keys
 from hotboard.devstack import LOOPBACK
-from tests.integration.conftest_reader import api_server
+from tests.integration.reader_harness import api_server
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from hotboard.devstack import LOOPBACK, RedisServer, free_port
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
 from tests.integration.conftest import Spawn
-from tests.integration.conftest_reader import api_server, asgi_client
 from tests.integration.harness import Feeder, declare_boards, wait_for
+from tests.integration.reader_harness import api_server, asgi_client
 from tests.semantics import random_events
 
 pytestmark = pytest.mark.integration

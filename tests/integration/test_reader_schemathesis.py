@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from hotboard import keys
-from tests.integration.conftest_reader import api_process
+from tests.integration.reader_harness import api_process
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from reader_api.answers import BoardInfo, FriendsList, Neighbourhood, PeriodList
 from reader_api.app import create_app
 from reader_api.seasons import Definitions
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import asgi_client, conforms
+from tests.integration.reader_harness import asgi_client, conforms
 
 pytestmark = pytest.mark.integration
 
@@ -210,7 +210,7 @@ async def test_definitions_are_cached_for_a_short_ttl(redis_client: Redis) -> No
 
 
 async def test_a_leap_day_season_lists_its_periods(client: httpx.AsyncClient, redis_client: Redis) -> None:
-    """Kept periods used to be walked back 500 leap years, to year 0: a 500 on every /periods."""
+    """500 kept leap-day periods: walking them back must not run past year 0 (a 500 on every /periods)."""
     leap = BoardDef(reset="0 0 29 2 *", keep=500, grace_ms=0)
     await board_store.declare(redis_client, "leap", leap, now_ms=1)
     await build_period(redis_client, "leap", leap, "20240229T0000Z", {"a": 1})

@@ -20,8 +20,8 @@ from hotboard import board_store, keys
 from hotboard.boards import BoardDef
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
-from tests.integration.conftest_reader import api_server, asgi_client
 from tests.integration.harness import JUNK_DEFINITIONS, seed_junk_definitions
+from tests.integration.reader_harness import api_server, asgi_client
 
 pytestmark = pytest.mark.integration
 

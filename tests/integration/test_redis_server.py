@@ -13,17 +13,20 @@ import orjson
 import pytest
 import redis
 
-from hotboard import keys
 from hotboard.devstack import RedisServer
 from hotboard.process import free_port
 from ingest.worker import Worker
-from tests.integration.faults import send_raw
-from tests.integration.harness import WorkerProcess, read_boards
-from tests.integration.test_faults import _sample, _settings, _until
+from tests.integration.faults import Raw, send_raw
+from tests.integration.harness import (
+    WorkerProcess,
+    checkpoint,
+    read_boards,
+    sample,
+    wait_while_running,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.integration
-
-Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 
 def _server(tmp_path: Path, *options: str, appendonly: bool = True) -> RedisServer:
@@ -37,11 +40,6 @@ def _server(tmp_path: Path, *options: str, appendonly: bool = True) -> RedisServ
 def _events(board: str, count: int, delta: int) -> list[Raw]:
     return [(f"p{i}".encode(), orjson.dumps({"board": board, "player": f"p{i % 9}", "delta": delta}), [])
             for i in range(count)]  # fmt: skip
-
-
-def _checkpoint(url: str, topic: str, partition: int) -> int | None:
-    value = redis.Redis.from_url(url).hget(keys.checkpoint_key(topic), str(partition))
-    return None if value is None else int(value)
 
 
 # ---------------------------------------------------------------- eviction policy
@@ -96,10 +94,10 @@ async def test_a_redis_restart_between_two_flushes_is_noticed_on_the_silent_reco
     try:
         topic = topic_factory(2)
         await send_raw(kafka, topic, 0, _events("a", 50, 3))
-        async with Worker(_settings(kafka, server.url, topic, f"g-{topic}"), handle_signals=False) as worker:
+        async with Worker(worker_settings(kafka, server.url, topic, f"g-{topic}"), handle_signals=False) as worker:
             task = asyncio.create_task(worker.run())
             try:
-                await _until(lambda: _checkpoint(server.url, topic, 0) == 49, task, "partition 0 flushed")
+                await wait_while_running(lambda: checkpoint(server.url, topic, 0) == 49, task, "partition 0 flushed")
                 await asyncio.to_thread(server.stop)
                 await asyncio.to_thread(server.start)
                 # redis-py drops a dead socket (its retry, its health check) and connects again on next use,
@@ -108,8 +106,10 @@ async def test_a_redis_restart_between_two_flushes_is_noticed_on_the_silent_reco
                 await send_raw(kafka, topic, 1, _events("b", 30, 2))
                 expected = {"a": {f"p{i}": 3 * len(range(i, 50, 9)) for i in range(9)},
                             "b": {f"p{i}": 2 * len(range(i, 30, 9)) for i in range(9)}}  # fmt: skip
-                await _until(lambda: read_boards(server.url, ["a", "b"]) == expected, task, "a and b exact", 30)
-                assert _sample(worker, "hotboard_resyncs_total", reason="redis_restart") >= 1
+                await wait_while_running(
+                    lambda: read_boards(server.url, ["a", "b"]) == expected, task, "a and b exact", 30
+                )
+                assert sample(worker, "hotboard_resyncs_total", reason="redis_restart") >= 1
             finally:
                 worker.stop()
                 await asyncio.wait_for(task, 30)

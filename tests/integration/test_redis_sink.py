@@ -78,7 +78,7 @@ async def test_large_flush_is_exact_and_integer(redis_client: Redis) -> None:
 
 
 async def test_totals_saturate_at_the_exact_range(redis_client: Redis) -> None:
-    """2,049 maximal deltas used to take a total past 2^64; now a total stops at 2^53-1 (and is counted)."""
+    """2,049 maximal deltas would take a total past 2^64: a total stops at 2^53-1 (and is counted)."""
     sink = RedisSink(redis_client, "scores")
     top = 2**53 - 1
     results = [

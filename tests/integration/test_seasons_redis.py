@@ -5,10 +5,8 @@ definition is fixed once a period was written."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
-import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -20,20 +18,17 @@ from hotboard.codec import Decoder, decode_all
 from hotboard.periods import expire_at_ms
 from ingest.pending import Window
 from ingest.seasons import route
+from tests.records import json_record, utc_ms
 
 pytestmark = pytest.mark.integration
-
-
-def _ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
-    return int(datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp() * 1000)
 
 
 def _fold(window: Window, partition: int, definition: BoardDef, events: list[tuple[int, str, int, int]]) -> None:
     """(offset, player, delta, ts) on board ``race`` folded into ``window`` for ``partition`` under
     ``definition`` (what that partition's chunk read from the worker's cache)."""
-    records = [SimpleNamespace(offset=o, timestamp=ts, value=orjson.dumps({"board": "race", "player": p, "delta": d,
-                                                                           "ts": ts}))
-               for o, p, d, ts in events]  # fmt: skip
+    records = [
+        json_record({"board": "race", "player": p, "delta": d, "ts": ts}, o, timestamp=ts) for o, p, d, ts in events
+    ]
     decoded, defs = route(records, decode_all(records, Decoder()), {"race": definition})
     marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
     window.fold_for(partition).fold_checked(records, decoded, marks, set(), defs, {})
@@ -78,7 +73,7 @@ async def test_periods_are_boards_of_their_own_that_expire_after_keep_periods(re
 async def test_a_period_long_past_its_keep_is_not_resurrected_by_a_replay(redis_client: Redis) -> None:
     definition = BoardDef(reset="daily", keep=1, grace_ms=0)
     await board_store.declare(redis_client, "race", definition)
-    ts = _ms(2020, 1, 1, 12)
+    ts = utc_ms(2020, 1, 1, 12)
     batches = await _flush(redis_client, definition, [("a", 5, ts)])
     assert [b.board for b in batches] == ["race@2020-01-01"]
     # past its expiry: the script writes nothing (a write would expire at once), so old history stays gone

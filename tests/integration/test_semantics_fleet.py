@@ -15,7 +15,7 @@ from hotboard import keys
 from hotboard.boards import BoardDef
 from hotboard.devstack import RedisServer
 from tests.integration.conftest import Spawn
-from tests.integration.harness import Feeder, declare_boards, kill_while_feeding, wait_for
+from tests.integration.harness import Feeder, declare_boards, kill_while_feeding, read_topic, wait_for
 from tests.semantics import Ev, comparable, random_events, read_board, reference
 
 pytestmark = pytest.mark.integration
@@ -158,12 +158,11 @@ def test_seasons_are_exact_through_kill_9_across_a_period_boundary(
     wait_for(exact, timeout_s=90, what="every board and period equal to the reference")
     # every late record is in the dead-letter topic (a replay after a kill may send one twice: count sources)
     from ingest.dlq import ERROR_HEADER, SOURCE_HEADER
-    from tests.integration.test_worker_edges import _read_dlq
 
-    letters = asyncio.run(_read_dlq(kafka, topic, late, timeout_s=60))
+    letters = asyncio.run(read_topic(kafka, f"{topic}.dlq", late, timeout_s=60))
     sources = set()
     for rec in letters:
-        headers = dict(rec.headers)  # type: ignore[attr-defined]
+        headers = dict(rec.headers)
         assert headers[ERROR_HEADER].decode().startswith("period_closed: ")
         sources.add(headers[SOURCE_HEADER])
     assert len(sources) == late

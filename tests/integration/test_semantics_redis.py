@@ -5,65 +5,19 @@ definition check, and values at the precision boundary."""
 from __future__ import annotations
 
 import random
-from collections import Counter
 from typing import cast
 
 import pytest
 from redis.asyncio import Redis
 
-from flusher.batch import NO_WATERMARK, BoardBatch, Outcome
+from flusher.batch import NO_WATERMARK, Outcome
 from flusher.redis_sink import RedisSink
-from hotboard import board_store, earliest, keys
+from hotboard import board_store, keys
 from hotboard.boards import OPERATORS, ORDERS, TIES, BoardDef
 from hotboard.keys import MAX_EXACT
-from tests.semantics import Ev, fold_windows, random_events, reference
+from tests.semantics import Ev, check_dense, flush_all, fold_windows, hash_of, random_events, reference, stored
 
 pytestmark = pytest.mark.integration
-
-
-async def _hash(redis: Redis, key: str) -> dict[bytes, bytes]:
-    return cast("dict[bytes, bytes]", await redis.hgetall(key))
-
-
-def _pairs(rows: object) -> list[tuple[bytes, float]]:
-    return cast("list[tuple[bytes, float]]", rows)
-
-
-async def stored(redis: Redis, board: str, definition: BoardDef) -> dict[str, tuple[int, int | None]]:
-    """player -> (score, tie time or None), decoded from the layout in hotboard.boards."""
-    rows = cast("list[tuple[bytes, float]]", await redis.zrange(keys.board_key(board), 0, -1, withscores=True))
-    out: dict[str, tuple[int, int | None]] = {}
-    for raw, score in rows:
-        member = raw.decode()
-        value = int(score) * definition.sign
-        if definition.earliest:
-            out[earliest.player_of(member)] = (value, int(member[:16]))
-        else:
-            out[member] = (value, None)
-    if definition.earliest:
-        mapping = {k.decode(): v.decode() for k, v in (await _hash(redis, keys.members_key(board))).items()}
-        assert {p: earliest.member(t, p) for p, (_, t) in out.items() if t is not None} == mapping
-    return out
-
-
-async def check_dense(redis: Redis, board: str, scores: dict[str, tuple[int, int | None]]) -> None:
-    counts = Counter(v for v, _ in scores.values())
-    held = {int(k): int(v) for k, v in (await _hash(redis, keys.counts_key(board))).items()}
-    assert held == dict(counts)
-    distinct = [
-        (m.decode(), int(s)) for m, s in _pairs(await redis.zrange(keys.dense_key(board), 0, -1, withscores=True))
-    ]
-    assert distinct == [(str(v), v) for v in sorted(counts)]
-
-
-async def flush_all(sink: RedisSink, windows: list[list[BoardBatch]]) -> None:
-    marks: dict[tuple[str, int], int] = {}
-    for batches in windows:
-        results = await sink.flush(batches, lambda b, p: marks.get((b, p), NO_WATERMARK))
-        assert all(r.outcome is Outcome.APPLIED for r in results), results
-        for batch in batches:
-            for p, offset in batch.offsets.items():
-                marks[batch.board, p] = offset
 
 
 @pytest.mark.parametrize("order", ORDERS)
@@ -87,7 +41,7 @@ async def test_every_definition_equals_the_reference(redis_client: Redis, order:
             assert got == expected
         if ties == "dense":
             await check_dense(redis_client, board, got)
-        held = {k.decode(): v for k, v in (await _hash(redis_client, keys.player_meta_key(board))).items()}
+        held = {k.decode(): v for k, v in (await hash_of(redis_client, keys.player_meta_key(board))).items()}
         assert held == metas
 
 

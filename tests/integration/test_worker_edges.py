@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from aiokafka import AIOKafkaConsumer
 
 from hotboard import keys
 from hotboard.codec import Event, encode
@@ -26,6 +25,7 @@ from tests.integration.harness import (
     JUNK_DEFINITIONS,
     Feeder,
     WorkerProcess,
+    read_topic,
     seed_junk_definitions,
     skewed_events,
     totals_of,
@@ -58,22 +58,6 @@ POISON: list[tuple[bytes, str]] = [
 ]
 
 
-async def _read_dlq(kafka: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[object]:
-    consumer = AIOKafkaConsumer(f"{topic}.dlq", bootstrap_servers=kafka, auto_offset_reset="earliest",
-                                group_id=None, enable_auto_commit=False)  # fmt: skip
-    await consumer.start()
-    records: list[object] = []
-    try:
-        deadline = time.monotonic() + timeout_s
-        while len(records) < expected and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=500)
-            for recs in batch.values():
-                records.extend(recs)
-    finally:
-        await consumer.stop()
-    return records
-
-
 def test_poison_goes_to_dlq_with_reasons_and_good_events_count(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, tmp_path: Path
 ) -> None:
@@ -88,15 +72,15 @@ def test_poison_goes_to_dlq_with_reasons_and_good_events_count(
     try:
         Feeder(kafka, topic, stream, rate=0).finish()
         wait_exact(redis_server.url, totals_of(good), timeout_s=60)
-        dead = asyncio.run(_read_dlq(kafka, topic, len(POISON)))
+        dead = asyncio.run(read_topic(kafka, f"{topic}.dlq", len(POISON)))
         assert len(dead) == len(POISON)
         by_value = {}
         for rec in dead:
-            headers = dict(rec.headers)  # type: ignore[attr-defined]
-            assert rec.key == b"poison-key"  # type: ignore[attr-defined]
+            headers = dict(rec.headers)
+            assert rec.key == b"poison-key"
             src_topic, src_partition, src_offset = headers[SOURCE_HEADER].decode().rsplit(":", 2)
             assert src_topic == topic and int(src_partition) >= 0 and int(src_offset) >= 0
-            by_value[rec.value] = headers[ERROR_HEADER].decode()  # type: ignore[attr-defined]
+            by_value[rec.value] = headers[ERROR_HEADER].decode()
         for value, reason in POISON:
             assert by_value[value].startswith(reason + ":"), (value[:60], by_value[value])
         assert worker.proc is not None and worker.proc.poll() is None
@@ -120,9 +104,9 @@ def test_a_definition_hotboard_did_not_write_dead_letters_its_events_across_rest
         Feeder(kafka, topic, [*bad, *good], rate=0).finish()
         worker.wait_metric("hotboard_dlq_total", len(bad), reason="bad_definition", timeout_s=60)
         wait_exact(redis_server.url, totals_of(e for g in rounds[:n] for e in g), timeout_s=60)
-        dead = asyncio.run(_read_dlq(kafka, topic, n * len(bad) + 1, timeout_s=3))
+        dead = asyncio.run(read_topic(kafka, f"{topic}.dlq", n * len(bad) + 1, timeout_s=3))
         assert len(dead) == n * len(bad)
-        assert {dict(rec.headers)[ERROR_HEADER].decode().split(":")[0] for rec in dead} == {"bad_definition"}  # type: ignore[attr-defined]
+        assert {dict(rec.headers)[ERROR_HEADER].decode().split(":")[0] for rec in dead} == {"bad_definition"}
         assert worker.proc is not None and worker.proc.poll() is None
         rc, _ = worker.terminate()
         assert rc == 0

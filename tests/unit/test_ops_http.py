@@ -39,7 +39,8 @@ def test_probes_and_metrics(ready: bool, alive: bool) -> None:
 
 
 def test_idle_connections_neither_block_probes_nor_stay_open() -> None:
-    """One idle TCP connection used to block /healthz, /readyz and /metrics (one connection at a time)."""
+    """One idle TCP connection blocks none of /healthz, /readyz and /metrics (as serving one connection at a time
+    would)."""
     import socket
     import time
 

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from types import SimpleNamespace
-
 import pytest
 
 from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Decoder, InvalidEvent, decode_all
 from ingest.seasons import route
-
-
-def _ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
-    return int(datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp() * 1000)
+from tests.records import record, utc_ms
 
 
 def _one(definition: BoardDef, ts: int | None, written: int | None) -> str:
     """The period board an event goes to, or the dead-letter reason."""
     body = b'{"board": "b", "player": "p", "delta": 1' + (b', "ts": %d}' % ts if ts is not None else b"}")
-    records = [SimpleNamespace(value=body, timestamp=written)]
+    records = [record(body, timestamp=written)]
     decoded, defs = route(records, decode_all(records, Decoder()), {"b": definition})
     [fields] = decoded
     if isinstance(fields, InvalidEvent):
@@ -34,18 +28,18 @@ WEEKLY = BoardDef(reset="weekly", grace_ms=60_000)
 @pytest.mark.parametrize(
     ("definition", "ts", "expected"),
     [
-        (WEEKLY, _ms(2026, 11, 30), "b@2026-W49"),  # Monday 00:00 opens the week
-        (WEEKLY, _ms(2026, 11, 30) - 1, "b@2026-W48"),  # the last ms of Sunday
-        (WEEKLY, _ms(2026, 12, 31, 23, 59), "b@2026-W53"),  # ISO week 53
-        (WEEKLY, _ms(2027, 1, 3, 12), "b@2026-W53"),  # Sunday 2027-01-03 still belongs to 2026-W53
-        (WEEKLY, _ms(2027, 1, 4), "b@2027-W01"),
-        (BoardDef(reset="monthly"), _ms(2026, 1, 31, 23, 59, 59), "b@2026-01"),
-        (BoardDef(reset="monthly"), _ms(2026, 2, 1), "b@2026-02"),
-        (BoardDef(reset="daily"), _ms(2024, 2, 29, 23, 0), "b@2024-02-29"),  # a leap day
-        (BoardDef(reset="daily"), _ms(2024, 3, 1), "b@2024-03-01"),
-        (BoardDef(reset="hourly"), _ms(2026, 12, 31, 23, 59), "b@2026-12-31T23"),
-        (BoardDef(reset="0 7 * * 1"), _ms(2026, 12, 7, 7, 0), "b@20261207T0700Z"),
-        (BoardDef(reset="0 7 * * 1"), _ms(2026, 12, 7, 6, 59), "b@20261130T0700Z"),
+        (WEEKLY, utc_ms(2026, 11, 30), "b@2026-W49"),  # Monday 00:00 opens the week
+        (WEEKLY, utc_ms(2026, 11, 30) - 1, "b@2026-W48"),  # the last ms of Sunday
+        (WEEKLY, utc_ms(2026, 12, 31, 23, 59), "b@2026-W53"),  # ISO week 53
+        (WEEKLY, utc_ms(2027, 1, 3, 12), "b@2026-W53"),  # Sunday 2027-01-03 still belongs to 2026-W53
+        (WEEKLY, utc_ms(2027, 1, 4), "b@2027-W01"),
+        (BoardDef(reset="monthly"), utc_ms(2026, 1, 31, 23, 59, 59), "b@2026-01"),
+        (BoardDef(reset="monthly"), utc_ms(2026, 2, 1), "b@2026-02"),
+        (BoardDef(reset="daily"), utc_ms(2024, 2, 29, 23, 0), "b@2024-02-29"),  # a leap day
+        (BoardDef(reset="daily"), utc_ms(2024, 3, 1), "b@2024-03-01"),
+        (BoardDef(reset="hourly"), utc_ms(2026, 12, 31, 23, 59), "b@2026-12-31T23"),
+        (BoardDef(reset="0 7 * * 1"), utc_ms(2026, 12, 7, 7, 0), "b@20261207T0700Z"),
+        (BoardDef(reset="0 7 * * 1"), utc_ms(2026, 12, 7, 6, 59), "b@20261130T0700Z"),
     ],
 )
 def test_an_event_lands_in_the_period_of_its_event_time(definition: BoardDef, ts: int, expected: str) -> None:
@@ -53,7 +47,7 @@ def test_an_event_lands_in_the_period_of_its_event_time(definition: BoardDef, ts
 
 
 def test_lateness_is_decided_by_the_record_timestamp_against_end_plus_grace() -> None:
-    end = _ms(2026, 12, 7)  # 2026-W49 ends
+    end = utc_ms(2026, 12, 7)  # 2026-W49 ends
     ts = end - 5
     assert _one(WEEKLY, ts, end + 60_000) == "b@2026-W49"  # within the grace: counts where it belongs
     assert _one(WEEKLY, ts, end + 60_001) == "period_closed"
@@ -63,13 +57,13 @@ def test_lateness_is_decided_by_the_record_timestamp_against_end_plus_grace() ->
 
 
 def test_the_record_timestamp_places_an_event_without_ts() -> None:
-    assert _one(WEEKLY, None, _ms(2026, 12, 1)) == "b@2026-W49"
+    assert _one(WEEKLY, None, utc_ms(2026, 12, 1)) == "b@2026-W49"
     assert _one(WEEKLY, None, -1) == "missing_field"
     assert _one(WEEKLY, None, None) == "missing_field"
 
 
 def test_boards_that_never_reset_are_untouched_and_times_past_the_calendar_are_refused() -> None:
-    assert _one(DEFAULT, _ms(2026, 12, 1), _ms(2026, 12, 1)) == "b"
+    assert _one(DEFAULT, utc_ms(2026, 12, 1), utc_ms(2026, 12, 1)) == "b"
     assert _one(WEEKLY, 2**53 - 1, -1) == "out_of_range"
 
 

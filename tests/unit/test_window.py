@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from types import SimpleNamespace
 
 import orjson
 import pytest
@@ -13,12 +12,14 @@ import pytest
 from flusher.batch import MAX_EXACT, BoardBatch
 from hotboard.boards import DEFAULT
 from hotboard.codec import Decoder, InvalidEvent, boards_to_check, decode_all
+from hotboard.records import Record
 from ingest.pending import Window
 from ingest.window import PartitionFold
+from tests.records import json_record, record, records_of
 
 
-def _rec(offset: int, board: str, player: str, delta: int) -> SimpleNamespace:
-    return SimpleNamespace(offset=offset, value=orjson.dumps({"board": board, "player": player, "delta": delta}))
+def _rec(offset: int, board: str, player: str, delta: int) -> Record:
+    return json_record({"board": board, "player": player, "delta": delta}, offset)
 
 
 def _fold(window: Window, partition: int, offset: int, board: str, player: str, delta: int) -> None:
@@ -118,7 +119,7 @@ def test_steady_fold_stops_at_the_first_board_not_known_past_its_watermark() -> 
     fold = PartitionFold()
     records = [
         _rec(0, "g", "a", 1),
-        SimpleNamespace(offset=1, value=b"junk"),
+        record(b"junk", 1),
         _rec(2, "new", "a", 5),
         _rec(3, "g", "a", 1),
     ]
@@ -151,7 +152,7 @@ def test_checked_fold_skips_what_a_board_applied_and_then_clears_it(
 
 
 def test_boards_to_check_lists_valid_unknown_boards_only() -> None:
-    records = [_rec(0, "g", "a", 1), _rec(1, "s", "a", 1), SimpleNamespace(offset=2, value=None)]
+    records = [_rec(0, "g", "a", 1), _rec(1, "s", "a", 1), record(None, 2)]
     assert boards_to_check(decode_all(records, Decoder()), {"g": 3}) == {"s"}
 
 
@@ -166,7 +167,7 @@ def test_an_unexpected_error_leaves_no_delta_past_the_last_offset() -> None:
     fold = PartitionFold()
     records = [
         _rec(0, "g", "a", 1),
-        SimpleNamespace(offset=1, value=Hostile(b'{"player":"b","delta":1}')),
+        record(Hostile(b'{"player":"b","delta":1}'), 1),
         _rec(2, "g", "c", 1),
     ]
     done = fold.fold_batch(records, {"g": DEFAULT}, Decoder())
@@ -177,12 +178,8 @@ def test_an_unexpected_error_leaves_no_delta_past_the_last_offset() -> None:
 def test_deeply_nested_values_are_dead_lettered_not_raised() -> None:
     deep = b'{"player": "p", "delta": 1, "op": ' + b"[" * 1000 + b"]" * 1000 + b"}"
     fold = PartitionFold()
-    done = fold.fold_batch([SimpleNamespace(offset=0, value=deep)], {"global": DEFAULT}, Decoder())
+    done = fold.fold_batch([record(deep)], {"global": DEFAULT}, Decoder())
     assert done.invalid == 1 and fold.dead[0][1].reason.value == "unsupported_op"
-
-
-def _records(values: list[bytes | None]) -> list[SimpleNamespace]:
-    return [SimpleNamespace(offset=i, value=v) for i, v in enumerate(values)]
 
 
 def test_fold_batch_agrees_with_the_codec_on_every_input() -> None:
@@ -217,7 +214,7 @@ def test_fold_batch_agrees_with_the_codec_on_every_input() -> None:
     fold = PartitionFold()
     decoder = Decoder()
     clear = {"global", *(f"b{i}" for i in range(5))}
-    folded = fold.fold_batch(_records(values), dict.fromkeys(clear, DEFAULT), decoder)
+    folded = fold.fold_batch(records_of(values), dict.fromkeys(clear, DEFAULT), decoder)
 
     reference: defaultdict[tuple[str, str], int] = defaultdict(int)
     reasons: list[str] = []
@@ -248,7 +245,7 @@ def test_shares_of_different_forms_merge_in_partition_order() -> None:
     w = Window()
     _fold(w, 0, 0, "g", "x", 5)
     set_3 = orjson.dumps({"board": "g", "player": "x", "op": "set", "score": 3})
-    records = [SimpleNamespace(offset=0, value=set_3, timestamp=0), _rec(1, "g", "x", 1)]
+    records = [record(set_3), _rec(1, "g", "x", 1)]
     fold = w.fold_for(1)
     fold.fold_checked(records, decode_all(records, Decoder()), {"g": -1}, set(), {"g": BoardDef()}, {})
     [batch] = w.batches(100)[0]

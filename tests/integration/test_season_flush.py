@@ -1,12 +1,11 @@
-"""review-11: failing tests for seasons on a real redis-server."""
+"""Flushing seasonal boards on a real redis-server: a stale cached definition is refused, a replayed expired
+period is not fenced, grouped flushes mix plain, fenced and period boards, and the registry holds boards only."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
-import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -18,19 +17,15 @@ from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import Decoder, decode_all
 from ingest.pending import Window
 from ingest.seasons import route
+from tests.records import json_record, utc_ms
 
 pytestmark = pytest.mark.integration
-
-
-def _ms(year: int, month: int, day: int, hour: int = 0) -> int:
-    return int(datetime(year, month, day, hour, tzinfo=UTC).timestamp() * 1000)
 
 
 def _batches(defs: dict[str, BoardDef | DefinitionError], events: list[tuple[int, str, int, int, int]]) -> list[Any]:
     """(offset, player, delta, ts, written) on board ``race`` -> the window's batches."""
     records = [
-        SimpleNamespace(offset=o, timestamp=w, value=orjson.dumps({"board": "race", "player": p, "delta": d, "ts": ts}))
-        for o, p, d, ts, w in events
+        json_record({"board": "race", "player": p, "delta": d, "ts": ts}, o, timestamp=w) for o, p, d, ts, w in events
     ]
     decoded, defs = route(records, decode_all(records, Decoder()), defs)
     marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
@@ -41,10 +36,10 @@ def _batches(defs: dict[str, BoardDef | DefinitionError], events: list[tuple[int
 
 async def test_a_stale_cached_seasonal_definition_is_refused_not_seeded(redis_client: Redis) -> None:
     """B declared weekly; a worker caches it (its first events were all late, nothing was written, so B may
-    still be redeclared). B is redeclared daily. The worker's next window goes to race@<week> with the
-    stale weekly spec: the period's definition copy is absent, so the fence *seeds* the stale spec and
-    applies, and register_boards marks B written -> B is frozen as daily while its scores sit in a weekly
-    period no reader will ever look at. Expected: REDEFINED (the worker refolds with daily)."""
+    still be redeclared). B is redeclared daily. The worker's next window goes to race@<week> with the stale
+    weekly spec, and the period's definition copy is absent: seeding the stale spec there would freeze B as
+    daily while its scores sit in a weekly period no reader looks at. The answer is REDEFINED (the worker
+    refolds with daily)."""
     await board_store.declare(redis_client, "race", BoardDef(reset="weekly"))
     cache = DefinitionCache()
     stale = await cache.fetch(redis_client, ["race"])
@@ -61,14 +56,13 @@ async def test_a_stale_cached_seasonal_definition_is_refused_not_seeded(redis_cl
 
 
 async def test_a_replayed_old_period_is_not_fenced_on_its_second_window(redis_client: Redis) -> None:
-    """Replay (or a lagging worker) of a period past its expiry: the first window applies, then PEXPIREAT in
-    the past deletes the period's keys, watermarks included. The worker learnt watermark 0; its next window
-    on the same period expects 0, finds none -> FENCED -> resync of every partition, on every window of the
-    replay (a fenced storm that looks like a zombie)."""
+    """Replay (or a lagging worker) of a period past its expiry: nothing is written, so nothing is left to fence
+    the next window of the same period with. A FENCED answer there would resync every partition on every window
+    of the replay (a fenced storm that looks like a zombie)."""
     definition = BoardDef(reset="daily", keep=1, grace_ms=0)
     await board_store.declare(redis_client, "race", definition)
     sink = RedisSink(redis_client, "scores")
-    ts = _ms(2020, 1, 1, 12)
+    ts = utc_ms(2020, 1, 1, 12)
     first = _batches({"race": definition}, [(0, "a", 5, ts, ts)])
     r1 = await sink.flush(first, lambda b, p: NO_WATERMARK)
     assert r1[0].outcome is Outcome.ALREADY_APPLIED  # past its expiry: nothing written, nothing to fence later
@@ -80,16 +74,14 @@ async def test_a_replayed_old_period_is_not_fenced_on_its_second_window(redis_cl
 
 
 async def test_grouped_flush_mixed_fenced_and_period_boards(redis_client: Redis) -> None:
-    """Sanity (expected to pass): a FLUSH group mixing plain boards, a fenced board in the middle and
-    (if grouped) a period board answers one reply per board in order, and each board's expiry is its own."""
-    from flusher.batch import BoardBatch  # noqa: F401
-
+    """A FLUSH group mixing plain boards, a fenced board in the middle and a period board answers one reply per
+    board in order, and each board's expiry is its own."""
     sink = RedisSink(redis_client, "scores")
     now = int(datetime.now(UTC).timestamp() * 1000)
     season = BoardDef(reset="daily", keep=1, grace_ms=0)
     await board_store.declare(redis_client, "race", season)
     records = [
-        SimpleNamespace(offset=i, timestamp=now, value=orjson.dumps({"board": b, "player": "p", "delta": i + 1}))
+        json_record({"board": b, "player": "p", "delta": i + 1}, i, timestamp=now)
         for i, b in enumerate(["p1", "p2", "race", "p3"])
     ]
     decoded, defs = route(

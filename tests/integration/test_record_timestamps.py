@@ -1,12 +1,9 @@
-"""Review of issue 10: the tie time of an event without ``ts`` is the Kafka record timestamp, unbounded.
-A producer stamping nanoseconds (or any CreateTime > 2^53 - 1 ms, Kafka allows int64) makes a 19-digit tie
-time: the member is no longer "16 digits + player id"."""
+"""The tie time of an event without ``ts`` is its Kafka record timestamp, which Kafka allows up to int64. A
+producer stamping nanoseconds (any CreateTime past 2^53 - 1 ms) would make a 19-digit tie time, and the member
+would no longer be "16 digits + player id": such an event is out of range."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -14,6 +11,7 @@ from hotboard import board_store
 from hotboard.boards import BoardDef
 from hotboard.codec import Decoder, decode_all
 from ingest.pending import Window
+from tests.records import json_record
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +20,7 @@ async def test_a_record_timestamp_beyond_16_digits_is_out_of_range(redis_client:
     definition = BoardDef("desc", "set", "earliest")
     await board_store.declare(redis_client, "e", definition)
     ns = 1_764_590_000_000_000_000  # a producer stamping ns instead of ms
-    recs = [SimpleNamespace(offset=0, timestamp=ns, value=orjson.dumps({"board": "e", "player": "alice", "score": 7}))]
+    recs = [json_record({"board": "e", "player": "alice", "score": 7}, timestamp=ns)]
     window = Window()
     window.fold_for(0).fold_checked(recs, decode_all(recs, Decoder()), {"e": -1}, set(), {"e": definition}, {})
     fold = window.parts[0]

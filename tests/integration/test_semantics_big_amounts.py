@@ -1,5 +1,5 @@
-"""Review of issue 10: fuzz the fold + flush scripts against the one-by-one reference with amounts near
-+-2^53 (sequences whose exact totals stay within +-(2^53-1) at every step, so holding never applies)."""
+"""The fold and the flush scripts against the one-by-one reference, fuzzed with amounts near +-2^53 (sequences
+whose exact totals stay within +-(2^53-1) at every step, so holding never applies)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from flusher.redis_sink import RedisSink
 from hotboard import board_store
 from hotboard.boards import OPERATORS, ORDERS, TIES, BoardDef
 from hotboard.keys import MAX_EXACT
-from tests.integration.test_semantics_redis import check_dense, flush_all, stored
-from tests.semantics import Ev, fold_windows, reference
+from tests.semantics import Ev, check_dense, flush_all, fold_windows, reference, stored
 
 pytestmark = pytest.mark.integration
 

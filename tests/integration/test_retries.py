@@ -1,4 +1,5 @@
-"""Review of issue 10: APPLY after NOSCRIPT, and a retry after a lost reply, on every non-plain form."""
+"""Script retries on every non-plain board form: APPLY after NOSCRIPT (a flushed script cache), then the same
+batches again after a lost reply, which must answer already-applied and change nothing."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from flusher.batch import NO_WATERMARK, Outcome
 from flusher.redis_sink import RedisSink
 from hotboard import board_store
 from hotboard.boards import BoardDef
-from tests.integration.test_semantics_redis import check_dense, stored
-from tests.semantics import Ev, fold_windows, reference
+from tests.semantics import Ev, check_dense, fold_windows, reference, stored
 
 pytestmark = pytest.mark.integration
 

@@ -1,11 +1,8 @@
-"""Review of issue 10: a total held at 2^53 - 1 in the clamp form is counted nowhere (neither by
-window.batches, which holds only summed deltas, nor by the APPLY script, whose clamp mode holds silently)."""
+"""A total held at 2^53 - 1 is counted as saturated exactly once: by window.batches for summed deltas, or by
+the APPLY script for the clamp form (whose hold would otherwise be silent)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -16,6 +13,7 @@ from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Decoder, decode_all
 from hotboard.keys import MAX_EXACT
 from ingest.pending import Window
+from tests.records import json_record
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +27,7 @@ async def test_held_totals_are_counted(redis_client: Redis, definition: BoardDef
     ]
     if definition == DEFAULT:
         bodies = [{"board": "s", "player": "a", "delta": MAX_EXACT}, {"board": "s", "player": "a", "delta": 5}]
-    recs = [SimpleNamespace(offset=i, timestamp=i, value=orjson.dumps(b)) for i, b in enumerate(bodies)]
+    recs = [json_record(b, i, timestamp=i) for i, b in enumerate(bodies)]
     window = Window()
     window.fold_for(0).fold_checked(recs, decode_all(recs, Decoder()), {"s": -1}, set(), {"s": definition}, {})
     batches, held_in_python = window.batches(100)

@@ -1,7 +1,7 @@
-"""Review of issue 10: a board first seen with events invalid under the default definition (``score`` only:
-producers started before the operator declared the board ``set``) keeps the default in the worker's
-definition cache. No batch of it is ever flushed, so the flush script's spec check never runs and nothing
-refreshes the cache: after the board is declared, every ``set`` event is still dead-lettered."""
+"""A board declared after the worker saw it: its first events are invalid under the default definition
+(``score`` only: producers started before the operator declared the board ``set``), so no batch of it is
+flushed and the flush script's spec check never refreshes the worker's cached default. Once the board is
+declared, its ``set`` events must count, not go on being dead-lettered."""
 
 from __future__ import annotations
 

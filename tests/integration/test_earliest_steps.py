@@ -1,11 +1,10 @@
-"""Review of issue 10: one earliest player's steps are not bounded by max_script_players."""
+"""One ``earliest`` player's unmergeable steps size the board the intake seals on (not its player count), so
+the steps of one busy player cannot grow one script past what max_script_players bounds."""
 
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
-import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -15,6 +14,7 @@ from hotboard import board_store
 from hotboard.boards import BoardDef
 from hotboard.codec import Decoder, decode_all
 from ingest.pending import Window
+from tests.records import json_record
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +23,10 @@ async def test_one_players_unmergeable_steps_count_towards_the_seal(redis_client
     definition = BoardDef("desc", "incr", "earliest")
     await board_store.declare(redis_client, "e", definition)
     n = 200_000
-    recs = [SimpleNamespace(offset=i, timestamp=i, value=orjson.dumps(
-        {"board": "e", "player": "p", "delta": 1 if i % 2 == 0 else -1, "ts": i})) for i in range(n)]  # fmt: skip
+    recs = [
+        json_record({"board": "e", "player": "p", "delta": 1 if i % 2 == 0 else -1, "ts": i}, i, timestamp=i)
+        for i in range(n)
+    ]
     window = Window()
     fold = window.fold_for(0)
     fold.fold_checked(recs, decode_all(recs, Decoder()), {"e": -1}, set(), {"e": definition}, {})

@@ -1,28 +1,27 @@
-"""Review of issue 10: the fold against the one definition of validity and against itself."""
+"""The fold's edges: the fast loop refuses what the codec refuses, and a board keeps one definition per window
+(its summed and stepped events together, and across partitions)."""
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import orjson
 import pytest
 
-from hotboard import earliest
 from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Decoder, InvalidEvent, decode_all
-from hotboard.keys import MAX_EXACT
+from hotboard.records import Record
 from ingest.pending import Window
+from tests.records import json_record
 
 
-def _rec(offset: int, body: dict[str, object]) -> SimpleNamespace:
-    return SimpleNamespace(offset=offset, value=orjson.dumps(body), timestamp=1000 + offset)
+def _rec(offset: int, body: dict[str, object]) -> Record:
+    return json_record(body, offset, timestamp=1000 + offset)
 
 
 @pytest.mark.parametrize("score", ["x", 1.5, 2**60, [1], True])
 def test_fast_path_refuses_what_the_decoder_refuses(score: object) -> None:
-    """{delta, score: <invalid>} on a summed board: the decoder dead-letters it (bad_type / out_of_range), the
-    fast loop folds it. So the same record counts in the steady state and is dead-lettered on a replay or a
-    rebuild (where it goes through fold_checked)."""
+    """{delta, score: <invalid>} on a summed board: the decoder dead-letters it (bad_type / out_of_range), and
+    so must the fast loop, or the same record would count in the steady state and be dead-lettered on a replay
+    or a rebuild (which go through fold_checked)."""
     body = {"board": "b", "player": "p", "delta": 5, "score": score}
     with pytest.raises(InvalidEvent):
         Decoder().fields(orjson.dumps(body))
@@ -34,9 +33,9 @@ def test_fast_path_refuses_what_the_decoder_refuses(score: object) -> None:
 
 def test_a_board_summed_then_stepped_in_one_window_keeps_its_sums() -> None:
     """A partition's fast path holds board b under the default (state.fast), then the definition cache (LRU,
-    bounded) evicts b and reloads it: declared ``earliest`` meanwhile (b still empty). The next non-plain event
-    folds into ``steps``; the share is built from ``steps`` only and the summed deltas vanish, while the batch
-    carries the earliest spec that the script accepts."""
+    bounded) evicts b and reloads it, declared ``earliest`` meanwhile (b still empty). The next non-plain event
+    folds into ``steps``: the window keeps the summed deltas too, and its batch carries the definition it was
+    folded under (which the script then refuses), not the late one."""
     decoder = Decoder()
     window = Window()
     fold = window.fold_for(0)
@@ -56,9 +55,9 @@ def test_a_board_summed_then_stepped_in_one_window_keeps_its_sums() -> None:
 
 
 def test_two_partitions_folded_under_two_definitions_flush_under_one_spec() -> None:
-    """Same race across partitions: partition 0 folded b as plain incr (sums), partition 1 under ``desc/set``.
-    merge() keeps the first share's definition only; the script checks that one spec, so partition 0's events
-    are applied under partition 1's definition (or vice versa) instead of being refused."""
+    """The same race across partitions: partition 0 folded b as plain incr (sums), partition 1 under
+    ``desc/set``. Merged into one batch under one spec, one partition's events would be applied under the other's
+    definition instead of being refused; so each definition gets its own batch (or spec)."""
     decoder = Decoder()
     window = Window()
     for p, definition, body in ((0, BoardDef("desc", "set", "shared"), {"board": "b", "player": "a", "score": 7}),
@@ -68,19 +67,3 @@ def test_two_partitions_folded_under_two_definitions_flush_under_one_spec() -> N
     batches, _ = window.batches(100)
     specs = {b.definition.spec for b in batches}
     assert len(batches) == 2 or len(specs) == 2, f"one batch, one spec {specs}: a mismatch is never refused"
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known, documented in README (Board semantics): at the +-(2^53-1) hold a "
-    "merged incr may move an earliest tie time; scores stay exact",
-)
-def test_merged_incr_steps_keep_the_tie_time_at_the_bound() -> None:
-    """earliest.push merges incr+incr with the later time; at the +-2^53 hold the second incr changes nothing,
-    so replaying the raw steps (the module's own reference) keeps the first time."""
-    raw = [("incr", 1, 10), ("incr", 1, 20)]
-    merged: list[earliest.Step] = []
-    for s in raw:
-        earliest.push(merged, s, True)
-    start = (MAX_EXACT - 1, 5)
-    assert earliest.replay(merged, start, True) == earliest.replay(raw, start, True)
