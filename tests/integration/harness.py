@@ -21,11 +21,12 @@ from typing import Any, cast
 
 import redis
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from hotboard import keys
 from hotboard.boards import BoardDef
-from hotboard.codec import Event
+from hotboard.codec import Event, encode
 from hotboard.devstack import free_port
 from hotboard.loadgen import PublishStats, generate, publish
 from hotboard.process import spawn, stop_process
@@ -415,3 +416,31 @@ def checkpoint(url: str, topic: str, partition: int = 0) -> int | None:
     """The checkpoint Redis holds for ``partition`` of ``topic`` (the last offset applied), if any."""
     value = redis.Redis.from_url(url).hget(keys.checkpoint_key(topic), str(partition))
     return None if value is None else int(cast("bytes", value))
+
+
+def produce(kafka: str, topic: str, events: Sequence[Event], codec: str, partition: int | None = None) -> None:
+    """``events`` through librdkafka with ``compression.type`` = ``codec``, keyed by player, each with headers
+    (librdkafka batches them: the compressed batches hold many records)."""
+    producer = Producer({
+        "bootstrap.servers": kafka, "compression.type": codec, "linger.ms": 50, "enable.idempotence": False,
+        "acks": "all",
+    })  # fmt: skip
+    failures: list[str] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    for i, e in enumerate(events):
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("trace-id", f"t-{i}".encode()),
+            ("codec", codec),
+            ("empty", b""),
+        ]
+        if partition is None:
+            producer.produce(topic, encode(e), e.player.encode(), headers=headers, on_delivery=delivered)
+        else:
+            producer.produce(topic, encode(e), e.player.encode(), partition, headers=headers, on_delivery=delivered)
+        producer.poll(0)
+    assert producer.flush(30) == 0, "librdkafka did not deliver everything"
+    assert not failures, failures[:3]

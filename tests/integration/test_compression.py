@@ -4,50 +4,21 @@ compression codec comes out exact, and a batch the Kafka client cannot decode ha
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import aiokafka.codec
 import orjson
 import pytest
-from confluent_kafka import Producer
 
-from hotboard.codec import Event, encode
+from hotboard.codec import Event
 from ingest.partitions import HaltReason
 from ingest.worker import Worker
 from tests.integration.faults import Raw, send_raw
-from tests.integration.harness import read_boards, totals_of, wait_exact, wait_while_running, worker_settings
+from tests.integration.harness import produce, read_boards, totals_of, wait_exact, wait_while_running, worker_settings
 
 pytestmark = pytest.mark.integration
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-
-
-def produce(kafka: str, topic: str, events: Sequence[Event], codec: str, partition: int | None = None) -> None:
-    """``events`` through librdkafka with ``compression.type`` = ``codec``, keyed by player, each with headers
-    (librdkafka batches them: the compressed batches hold many records)."""
-    producer = Producer({
-        "bootstrap.servers": kafka, "compression.type": codec, "linger.ms": 50, "enable.idempotence": False,
-        "acks": "all",
-    })  # fmt: skip
-    failures: list[str] = []
-
-    def delivered(err: object, _msg: object) -> None:
-        if err is not None:
-            failures.append(str(err))
-
-    for i, e in enumerate(events):
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("trace-id", f"t-{i}".encode()),
-            ("codec", codec),
-            ("empty", b""),
-        ]
-        if partition is None:
-            producer.produce(topic, encode(e), e.player.encode(), headers=headers, on_delivery=delivered)
-        else:
-            producer.produce(topic, encode(e), e.player.encode(), partition, headers=headers, on_delivery=delivered)
-        producer.poll(0)
-    assert producer.flush(30) == 0, "librdkafka did not deliver everything"
-    assert not failures, failures[:3]
 
 
 def events_for(codec: str, count: int) -> list[Event]:

@@ -17,10 +17,8 @@ from hotboard.codec import Event
 from hotboard.devstack import RedisServer
 from ingest.partitions import HaltReason
 from ingest.worker import Worker
-from tests.integration.faults import TcpProxy, send_raw
-from tests.integration.harness import read_boards, totals_of
-from tests.integration.test_compression import Raw, produce
-from tests.integration.test_faults import _settings, _until
+from tests.integration.faults import Raw, TcpProxy, send_raw
+from tests.integration.harness import produce, read_boards, totals_of, wait_while_running, worker_settings
 
 pytestmark = pytest.mark.integration
 
@@ -39,31 +37,35 @@ async def test_records_before_an_undecodable_batch_survive_a_redis_outage_past_t
     first = [Event("global", f"r{i}", 3, None) for i in range(10)]
     second = [Event("global", f"s{i}", 5, None) for i in range(10)]
     admin = redis.Redis(port=redis_server.port)
+
+    def ckpt(field: str) -> bytes | str | None:
+        return admin.hget(keys.checkpoint_key(topic), field)
+
     with TcpProxy(redis_server.port) as proxy:
-        settings = _settings(kafka, proxy.url, topic, f"g-{topic}", halt_recheck_s=0.5, backoff_max_s=0.5)
+        settings = worker_settings(kafka, proxy.url, topic, f"g-{topic}", halt_recheck_s=0.5, backoff_max_s=0.5)
         async with Worker(settings, handle_signals=False) as worker:
             task = asyncio.create_task(worker.run())
             try:
                 await asyncio.to_thread(produce, kafka, topic, first, "none", 0)
-                await _until(lambda: admin.hget(keys.checkpoint_key(topic), "0") == b"9", task, "first flushed")
+                await wait_while_running(lambda: ckpt("0") == b"9", task, "first flushed")
                 proxy.cut()
                 await asyncio.to_thread(produce, kafka, topic, second, "none", 0)
                 bad: list[Raw] = [(b"x", orjson.dumps({"player": "x", "delta": 1}), []) for _ in range(50)]
                 await send_raw(kafka, topic, 0, bad, compression_type="lz4", flip_payload=True)
-                await _until(lambda: 0 in worker.halted, task, "partition 0 halted while Redis is cut off")
+                await wait_while_running(lambda: 0 in worker.halted, task, "partition 0 halted while Redis is cut off")
                 assert worker.halted[0].reason is HaltReason.UNREADABLE
                 assert "offset 20 " in worker.halted[0].detail
-                await _until(lambda: worker.failed_flushes > 0, task, "a flush of the ten failed")
+                await wait_while_running(lambda: worker.failed_flushes > 0, task, "a flush of the ten failed")
                 heal_at = time.monotonic() + 4 * settings.halt_recheck_s  # the outage outlasts the re-check
-                await _until(lambda: time.monotonic() >= heal_at, task, "the outage's end")
+                await wait_while_running(lambda: time.monotonic() >= heal_at, task, "the outage's end")
                 proxy.restore()
                 halt = keys.halt_field(0)
-                await _until(lambda: admin.hget(keys.checkpoint_key(topic), halt) is not None, task, "halt recorded")
+                await wait_while_running(lambda: ckpt(halt) is not None, task, "halt recorded")
                 assert admin.hget(keys.checkpoint_key(topic), halt) == b"unreadable 9"
                 admin.hset(keys.checkpoint_key(topic), "0", "69")  # the runbook: skip the batch (offsets 20-69)
                 after = [Event("global", f"t{i}", 7, None) for i in range(10)]
                 await asyncio.to_thread(produce, kafka, topic, after, "none", 0)
-                await _until(lambda: admin.hget(keys.checkpoint_key(topic), "0") == b"79", task, "after flushed")
+                await wait_while_running(lambda: ckpt("0") == b"79", task, "after flushed")
                 assert read_boards(proxy.url, ["global"]) == totals_of(first + second + after)
             finally:
                 worker.stop()

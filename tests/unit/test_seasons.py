@@ -71,14 +71,14 @@ def test_one_route_call_decides_each_event_as_alone_across_period_edges() -> Non
     """The routing keeps each board's last period to skip the calendar for the next event inside it: events that
     hop back and forth over a week's edge, on two seasonal boards and a plain one, in one call, go exactly where
     each would go routed alone (and late or ahead ones are still refused)."""
-    edge = _ms(2026, 11, 30)
+    edge = utc_ms(2026, 11, 30)
     times = [edge - 1, edge, edge - 1, edge + 5, edge - 2, edge + 604_800_000, edge - 1, edge + 604_800_000 - 1]
     defs = {"b": WEEKLY, "d": BoardDef(reset="daily"), "plain": DEFAULT}
     records = []
     for i, ts in enumerate(times * 3):
         board = ("b", "d", "plain")[i % 3]
         body = b'{"board": "%s", "player": "p", "delta": 1, "ts": %d}' % (board.encode(), ts)
-        records.append(SimpleNamespace(value=body, timestamp=edge + (i % 4) * 86_400_000))
+        records.append(record(body, timestamp=edge + (i % 4) * 86_400_000))
     together, _ = route(records, decode_all(records, Decoder()), defs)
     alone = [route([r], decode_all([r], Decoder()), defs)[0][0] for r in records]
     assert len({f[0] for f in together if type(f) is tuple}) > 4  # several periods of both boards met
