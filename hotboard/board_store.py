@@ -19,9 +19,10 @@ from redis.exceptions import ResponseError
 
 from hotboard import keys, lua
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError, from_hash, from_spec
+from hotboard.script import Script
 
 Outcome = Literal["created", "unchanged", "replaced"]
-_DEFINE = lua.Script(lua.DEFINE)
+_DEFINE = Script(lua.DEFINE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,6 @@ AOF-logs its effects wrapped in MULTI/EXEC).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from hashlib import sha1
-from typing import Any
-
-from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
-
 from hotboard.boards import DEFAULT, TIE_DIGITS
 from hotboard.keys import MAX_EXACT, META_AS_OF, META_PERIODS, META_VERSION
 
@@ -418,46 +411,6 @@ return {{exists, total, meta[1], meta[2], redis.call('EXISTS', KEYS[3]), redis.c
 #: The first line of every script that only reads (the read API's): Redis then refuses any write it attempts,
 #: whatever the user's ACL allows (Redis 7 script flags).
 NO_WRITES = "#!lua flags=no-writes\n"
-
-
-def digest(script: str) -> str:
-    """The SHA1 Redis files a script under: EVALSHA with it, and SCRIPT LOAD only on NOSCRIPT."""
-    return sha1(script.encode()).hexdigest()
-
-
-class Script:
-    """A script called by its SHA1 (EVALSHA). Redis forgets scripts when it restarts: a NOSCRIPT reply ran
-    nothing, so the script is loaded and exactly those calls are sent once more. EVALSHA goes straight through
-    ``execute_command``: redis-py's Script object adds a deprecation wrapper and an import per call, a fifth of
-    the read API's CPU per request in a py-spy profile."""
-
-    __slots__ = ("sha", "text")
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.sha = digest(text)
-
-    def command(self, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        return ["EVALSHA", self.sha, len(keys), *keys, *args]
-
-    async def __call__(self, redis: Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """One call; its error, if any, raised."""
-        try:
-            return await redis.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-        except NoScriptError:
-            await redis.script_load(self.text)
-            return await redis.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-
-    async def many(self, redis: Redis, send: Callable[[Sequence[int]], Awaitable[list[Any]]], count: int) -> list[Any]:
-        """``count`` calls issued by ``send(indices)``, which returns each reply or error instance in order
-        (a pipeline); NOSCRIPT ones are resent once after loading the script."""
-        replies = await send(range(count))
-        again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if again:
-            await redis.script_load(self.text)
-            for i, reply in zip(again, await send(again), strict=True):
-                replies[i] = reply
-        return replies
 
 
 # --- board definitions (hotboard.board_store)

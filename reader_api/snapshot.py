@@ -32,6 +32,7 @@ from redis.asyncio import Redis
 
 from hotboard import keys, lua
 from hotboard.boards import DEFAULT, ORDERS, TIES, BoardDef, DefinitionError, from_spec
+from hotboard.script import Script
 from reader_api.answers import MAX_SCORE, BoardInfo, Entry, FriendsList, Meta, Neighbourhood, PlayerRank, TopPage
 from reader_api.errors import corrupt, not_found
 
@@ -200,7 +201,7 @@ def board_info(board: str, reply: Sequence[Any]) -> BoardInfo:
 
 
 _READS = (lua.TOP, lua.PLAYER, lua.AROUND, lua.PLAYERS, lua.BOARD)
-_TOP, _PLAYER, _AROUND, _PLAYERS, _BOARD = (lua.Script(lua.NO_WRITES + t) for t in _READS)
+_TOP, _PLAYER, _AROUND, _PLAYERS, _BOARD = (Script(lua.NO_WRITES + t) for t in _READS)
 
 
 class Snapshots:
