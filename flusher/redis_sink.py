@@ -26,6 +26,7 @@ from flusher.seasons import season_args
 from hotboard import earliest, keys, lua, operators
 from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
+from hotboard.bounded import BoundedCache
 from hotboard.periods import split_period_board
 from hotboard.script import Script
 
@@ -37,9 +38,11 @@ _MARK = Script(lua.MARK_SEASONAL)
 _LOOKUP = Script(lua.LOOKUP)
 #: Boards per FLUSH call at most (each brings four keys).
 MAX_GROUP = 1000
-#: Boards the sink remembers as registered; past it, it starts over (a quiet guild's board is then registered
-#: once more at its next flush) instead of growing with every board ever flushed.
+#: Boards the sink remembers as registered; past it, the least recently flushed is forgotten (a quiet guild's
+#: board is then registered once more at its next flush) instead of growing with every board ever flushed.
 MAX_REGISTERED = 262_144
+#: Definitions whose fence tail (the spec string) is kept, so that a flush does not build one per board.
+MAX_TAILS = 256
 
 
 class RedisSink(CheckpointHash):
@@ -49,9 +52,9 @@ class RedisSink(CheckpointHash):
     def __init__(self, redis: Redis, topic: str, script_players: int = 4000) -> None:
         super().__init__(redis, topic)
         self._script_players = script_players
-        self._tails: dict[BoardDef, tuple[str, int, int]] = {}
+        self._tails: BoundedCache[BoardDef, tuple[str, int, int]] = BoundedCache(MAX_TAILS)
         #: board -> the definition it was registered (a seasonal one: marked) under
-        self._registered: dict[str, BoardDef] = {}
+        self._registered: BoundedCache[str, BoardDef] = BoundedCache(MAX_REGISTERED)
 
     async def server_id(self) -> str:
         """The Redis ``run_id``: it changes when the server restarts (and may have lost its last writes)."""
@@ -115,11 +118,9 @@ class RedisSink(CheckpointHash):
         for (board, spec), stored in zip(seasonal, replies[len(replies) - len(seasonal) :], strict=True):
             if (stored.decode(errors="replace") if isinstance(stored, bytes) else str(stored)) != spec:
                 stale.add(board)
-        if len(self._registered) + len(new) > MAX_REGISTERED:
-            self._registered.clear()  # bounded: a board seen again is registered again (an idempotent ZADD)
         for board, found in new.items():
             if board not in stale and len(found) == 1:  # two definitions of one board in a window: one is stale
-                registered[board] = next(iter(found))
+                registered.put(board, next(iter(found)))
         return stale
 
     def forget_registry(self) -> None:
@@ -197,9 +198,8 @@ class RedisSink(CheckpointHash):
         else:
             tail = self._tails.get(definition)
             if tail is None:  # one spec string per definition, not one per board and flush
-                if len(self._tails) >= 256:
-                    self._tails.clear()
-                tail = self._tails[definition] = (definition.spec, 0, 0)
+                tail = (definition.spec, 0, 0)
+                self._tails.put(definition, tail)
             fence += tail
         return fence
 
