@@ -168,10 +168,10 @@ async def bench(url: str, args: argparse.Namespace) -> None:
 #: FLUSH without a piece of its bookkeeping (the text each variant removes, and what stands in for it).
 VARIANTS = {
     "as shipped": [],
-    "without the definition check": [("local spec = redis.call('HGET', KEYS[k + 4], 'spec')", "local spec = want")],
+    "without the definition check": [("local spec = redis.call('HGET', def_key, 'spec')", "local spec = want")],
     "without the meta hash (version, as_of)": [
-        ("local version = redis.call('HINCRBY', KEYS[k + 3], 'version', 1)", "local version = 1"),
-        ("redis.call('HSET', KEYS[k + 3], 'as_of', now)", ""),
+        ("local version = redis.call('HINCRBY', meta_key, 'version', 1)", "local version = 1"),
+        ("redis.call('HSET', meta_key, 'as_of', now)", ""),
     ],
 }
 

@@ -23,7 +23,7 @@ from flusher import wire
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, ExpectedWatermark, Outcome
 from flusher.checkpoints import CheckpointHash
 from flusher.seasons import season_args
-from hotboard import earliest, keys, lua, operators
+from hotboard import earliest, keys, lua, lua_definitions, operators
 from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
 from hotboard.bounded import BoundedCache
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 _FLUSH = Script(lua.FLUSH)
 _APPLY = Script(lua.APPLY)
-_MARK = Script(lua.MARK_SEASONAL)
+_MARK = Script(lua_definitions.MARK_SEASONAL)
 _LOOKUP = Script(lua.LOOKUP)
 #: Boards per FLUSH call at most (each brings four keys).
 MAX_GROUP = 1000

@@ -16,13 +16,13 @@ from typing import Literal
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from hotboard import keys, lua
+from hotboard import keys, lua_definitions
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError, from_hash, from_spec
 from hotboard.bounded import BoundedCache
 from hotboard.script import Script
 
 Outcome = Literal["created", "unchanged", "replaced"]
-_DEFINE = Script(lua.DEFINE)
+_DEFINE = Script(lua_definitions.DEFINE)
 
 
 @dataclass(frozen=True, slots=True)
