@@ -29,7 +29,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import orjson
-from hiredis import pack_command
 from redis.asyncio import Redis
 
 from flusher import redis_sink, wire
@@ -39,6 +38,7 @@ from hotboard import board_store, lua
 from hotboard.boards import DEFAULT
 from hotboard.codec import Decoder
 from hotboard.devstack import RedisServer, free_port
+from hotboard.script import Script
 from ingest.pending import Window
 
 
@@ -69,7 +69,7 @@ for k = 1, #KEYS do
 end
 return 0
 """
-_BARE = lua.Script(BARE)
+_BARE = Script(BARE)
 
 
 async def bare_flush(redis: Redis, batches: list[BoardBatch]) -> float:
@@ -83,7 +83,7 @@ async def bare_flush(redis: Redis, batches: list[BoardBatch]) -> float:
             for batch in chunk:
                 args.append(2 * len(batch.deltas))
                 args.extend(chain.from_iterable(batch.deltas.items()))
-            yield pack_command(tuple(_BARE.command([f"bare:{{{b.board}}}" for b in chunk], args)))
+            yield _BARE.packed([f"bare:{{{b.board}}}" for b in chunk], args)
 
     started = time.perf_counter()
     replies = await wire.stream(redis, commands())
@@ -168,10 +168,10 @@ async def bench(url: str, args: argparse.Namespace) -> None:
 #: FLUSH without a piece of its bookkeeping (the text each variant removes, and what stands in for it).
 VARIANTS = {
     "as shipped": [],
-    "without the definition check": [("local spec = redis.call('HGET', KEYS[k + 4], 'spec')", "local spec = want")],
+    "without the definition check": [("local spec = redis.call('HGET', def_key, 'spec')", "local spec = want")],
     "without the meta hash (version, as_of)": [
-        ("local version = redis.call('HINCRBY', KEYS[k + 3], 'version', 1)", "local version = 1"),
-        ("redis.call('HSET', KEYS[k + 3], 'as_of', now)", ""),
+        ("local version = redis.call('HINCRBY', meta_key, 'version', 1)", "local version = 1"),
+        ("redis.call('HSET', meta_key, 'as_of', now)", ""),
     ],
 }
 
@@ -190,7 +190,7 @@ async def breakdown(url: str, args: argparse.Namespace) -> None:
             text = text.replace(old, new)
         await redis.flushall()
         await redis.script_load(text)
-        redis_sink._FLUSH = lua.Script(text)  # bench-only: the sink runs the variant
+        redis_sink._FLUSH = Script(text)  # bench-only: the sink runs the variant
         sink = RedisSink(redis, "bench")
         marks: dict[tuple[str, int], int] = {}
         for round_no in range(2):
@@ -204,7 +204,7 @@ async def breakdown(url: str, args: argparse.Namespace) -> None:
                 for p, off in batch.offsets.items():
                     marks[batch.board, p] = off
         print(f"  {name}: update flush {flushed:.2f} s, {await script_seconds(redis):.2f} s in Redis's scripts")
-    redis_sink._FLUSH = lua.Script(lua.FLUSH)
+    redis_sink._FLUSH = Script(lua.FLUSH)
     await redis.aclose()
 
 

@@ -19,6 +19,11 @@ from redis.asyncio import Redis
 
 from flusher.batch import NO_WATERMARK, CheckpointResult
 from hotboard import keys, lua
+from hotboard.script import Script
+
+_CHECKPOINT = Script(lua.CHECKPOINT)
+_RECORD_HALT = Script(lua.RECORD_HALT)
+_LIFT_HALT = Script(lua.LIFT_HALT)
 
 
 class CheckpointHash:
@@ -73,7 +78,7 @@ class CheckpointHash:
 
     async def record_halt(self, partition: int, reason: str) -> None:
         """Recorded at the checkpoint Redis holds now, which from then on only an operator moves."""
-        await self._redis.eval(lua.RECORD_HALT, 1, self._key, str(partition), reason)
+        await _RECORD_HALT(self._redis, [self._key], [str(partition), reason])
 
     async def lift_halt(self, partition: int, recorded: tuple[str, int], new_log: bool) -> int | None:
         """Lift the halt recorded as ``recorded`` (the operator wrote the checkpoint since); ``new_log``: the
@@ -81,8 +86,8 @@ class CheckpointHash:
         checkpoint to resume after (NO_WATERMARK: none), or None when the halt changed meanwhile (position
         again)."""
         reason, at = recorded
-        reply: Any = await self._redis.eval(
-            lua.LIFT_HALT, 1, self._key, str(partition), f"{reason} {at}", "1" if new_log else "0"
+        reply: Any = await _LIFT_HALT(
+            self._redis, [self._key], [str(partition), f"{reason} {at}", "1" if new_log else "0"]
         )
         if reply is None:
             return None
@@ -97,7 +102,7 @@ class CheckpointHash:
         args: list[Any] = []
         for partition, (old, new) in moves.items():
             args += (str(partition), old, new)
-        replies = await self._redis.eval(lua.CHECKPOINT, 1, self._key, *args)
+        replies = await _CHECKPOINT(self._redis, [self._key], args)
         return [CheckpointResult(p, int(ok) == 1, int(prev)) for p, (ok, prev) in zip(moves, replies, strict=True)]
 
 

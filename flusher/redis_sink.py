@@ -17,28 +17,32 @@ from typing import Any
 
 from hiredis import pack_command
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from flusher import wire
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, ExpectedWatermark, Outcome
 from flusher.checkpoints import CheckpointHash
 from flusher.seasons import season_args
-from hotboard import earliest, keys, lua, operators
+from hotboard import earliest, keys, lua, lua_definitions, operators
 from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
+from hotboard.bounded import BoundedCache
 from hotboard.periods import split_period_board
+from hotboard.script import Script
 
 log = logging.getLogger(__name__)
 
-_FLUSH = lua.Script(lua.FLUSH)
-_APPLY = lua.Script(lua.APPLY)
-_MARK = lua.Script(lua.MARK_SEASONAL)
-_LOOKUP = lua.Script(lua.LOOKUP)
+_FLUSH = Script(lua.FLUSH)
+_APPLY = Script(lua.APPLY)
+_MARK = Script(lua_definitions.MARK_SEASONAL)
+_LOOKUP = Script(lua.LOOKUP)
 #: Boards per FLUSH call at most (each brings four keys).
 MAX_GROUP = 1000
-#: Boards the sink remembers as registered; past it, it starts over (a quiet guild's board is then registered
-#: once more at its next flush) instead of growing with every board ever flushed.
+#: Boards the sink remembers as registered; past it, the least recently flushed is forgotten (a quiet guild's
+#: board is then registered once more at its next flush) instead of growing with every board ever flushed.
 MAX_REGISTERED = 262_144
+#: Definitions whose fence tail (the spec string) is kept, so that a flush does not build one per board.
+MAX_TAILS = 256
 
 
 class RedisSink(CheckpointHash):
@@ -48,9 +52,9 @@ class RedisSink(CheckpointHash):
     def __init__(self, redis: Redis, topic: str, script_players: int = 4000) -> None:
         super().__init__(redis, topic)
         self._script_players = script_players
-        self._tails: dict[BoardDef, tuple[str, int, int]] = {}
+        self._tails: BoundedCache[BoardDef, tuple[str, int, int]] = BoundedCache(MAX_TAILS)
         #: board -> the definition it was registered (a seasonal one: marked) under
-        self._registered: dict[str, BoardDef] = {}
+        self._registered: BoundedCache[str, BoardDef] = BoundedCache(MAX_REGISTERED)
 
     async def server_id(self) -> str:
         """The Redis ``run_id``: it changes when the server restarts (and may have lost its last writes)."""
@@ -105,11 +109,8 @@ class RedisSink(CheckpointHash):
             zadd.extend(chain.from_iterable((0, b) for b in names[i : i + 10_000]))
             commands.append(pack_command(tuple(zadd)))
         seasonal = [(b, d.spec) for b, found in new.items() for d in found if d.seasonal]
-        commands += [pack_command(tuple(_MARK.command([keys.meta_key(b), keys.def_key(b)], [s]))) for b, s in seasonal]
-        replies = await wire.stream(self._redis, commands)
-        if any(isinstance(r, NoScriptError) for r in replies):
-            await self._redis.script_load(_MARK.text)
-            replies = await wire.stream(self._redis, commands)  # ZADD and MARK_SEASONAL are idempotent
+        commands += [_MARK.packed([keys.meta_key(b), keys.def_key(b)], [s]) for b, s in seasonal]
+        replies = await wire.scripts(self._redis, commands, (_MARK,))
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
@@ -117,11 +118,9 @@ class RedisSink(CheckpointHash):
         for (board, spec), stored in zip(seasonal, replies[len(replies) - len(seasonal) :], strict=True):
             if (stored.decode(errors="replace") if isinstance(stored, bytes) else str(stored)) != spec:
                 stale.add(board)
-        if len(self._registered) + len(new) > MAX_REGISTERED:
-            self._registered.clear()  # bounded: a board seen again is registered again (an idempotent ZADD)
         for board, found in new.items():
             if board not in stale and len(found) == 1:  # two definitions of one board in a window: one is stale
-                registered[board] = next(iter(found))
+                registered.put(board, next(iter(found)))
         return stale
 
     def forget_registry(self) -> None:
@@ -139,15 +138,8 @@ class RedisSink(CheckpointHash):
             log.warning("boards %s were redeclared since their definition was cached", sorted(stale))
             return [BoardResult(b.board, Outcome.REDEFINED, 0) for b in batches]
         owners: list[tuple[bool, list[int]]] = []
-        sent: list[bytes] = []
-        replies = await wire.stream(self._redis, self._commands(batches, expected, owners), sent)
-        # A NOSCRIPT reply (Redis restarted and forgot the script) applied nothing: just those are resent.
-        again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if again:
-            for script in (_FLUSH, _APPLY):
-                await self._redis.script_load(script.text)
-            for i, reply in zip(again, await wire.stream(self._redis, [sent[i] for i in again]), strict=True):
-                replies[i] = reply
+        # a NOSCRIPT reply (Redis restarted and forgot the script) applied nothing: just those are resent
+        replies = await wire.scripts(self._redis, self._commands(batches, expected, owners), (_FLUSH, _APPLY))
         per_batch: list[Any] = [None] * len(batches)
         for reply, (apply, owned) in zip(replies, owners, strict=True):
             if isinstance(reply, Exception):
@@ -175,11 +167,11 @@ class RedisSink(CheckpointHash):
             plain = batch.states is None and batch.steps is None and not batch.metas
             if not (plain and batch.definition.ties in ("shared", "lexical")):
                 owners.append((True, [i]))
-                yield pack_command(tuple(self._apply_command(batch, fence)))
+                yield self._apply_command(batch, fence)
                 continue
             if group and (players + len(batch.deltas) > self._script_players or len(group) >= MAX_GROUP):
                 owners.append((False, group))
-                yield pack_command(tuple(_FLUSH.command(group_keys, group_args)))
+                yield _FLUSH.packed(group_keys, group_args)
                 group_keys, group_args, group, players = [], [], [], 0
             board = batch.board
             group_keys += (keys.board_key(board), keys.applied_key(board), keys.meta_key(board), keys.def_key(board))
@@ -190,7 +182,7 @@ class RedisSink(CheckpointHash):
             players += len(batch.deltas)
         if group:
             owners.append((False, group))
-            yield pack_command(tuple(_FLUSH.command(group_keys, group_args)))
+            yield _FLUSH.packed(group_keys, group_args)
 
     def _fence(self, batch: BoardBatch, expected: ExpectedWatermark) -> list[Any]:
         board = batch.board
@@ -206,13 +198,12 @@ class RedisSink(CheckpointHash):
         else:
             tail = self._tails.get(definition)
             if tail is None:  # one spec string per definition, not one per board and flush
-                if len(self._tails) >= 256:
-                    self._tails.clear()
-                tail = self._tails[definition] = (definition.spec, 0, 0)
+                tail = (definition.spec, 0, 0)
+                self._tails.put(definition, tail)
             fence += tail
         return fence
 
-    def _apply_command(self, batch: BoardBatch, fence: list[Any]) -> list[Any]:
+    def _apply_command(self, batch: BoardBatch, fence: list[Any]) -> bytes:
         board = batch.board
         definition = batch.definition
         players: list[Any] = []
@@ -242,7 +233,7 @@ class RedisSink(CheckpointHash):
         args += players
         if batch.metas:
             args.extend(chain.from_iterable(batch.metas.items()))
-        return args
+        return pack_command(tuple(args))  # type: ignore[no-any-return]
 
     def _result(self, batch: BoardBatch, reply: Any) -> BoardResult:
         if isinstance(reply, Exception):

@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from hiredis import pack_command
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, ResponseError
 
-from hotboard import lua
+from hotboard.script import Script, rerun_unknown
 
 #: Commands go out in writes of about this size as they are packed: Redis runs the first scripts while Python
 #: packs the next (two cores, not one after the other).
@@ -22,8 +21,8 @@ WRITE_BYTES = 1 << 18
 
 async def stream(redis: Redis, commands: Iterable[bytes], sent: list[bytes] | None = None) -> list[Any]:
     """Send packed commands as they come, then read each reply (or error reply) in order. ``sent`` keeps what
-    was sent (to resend after NOSCRIPT). When building a command fails, what went out before is read back
-    (it ran: its boards' watermarks moved, and a retry is recognised there) and the error raised."""
+    was sent (to resend after NOSCRIPT: :func:`scripts`). When building a command fails, what went out before
+    is read back (it ran: its boards' watermarks moved, and a retry is recognised there) and the error raised."""
     pool = redis.connection_pool
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:
@@ -81,13 +80,18 @@ async def _write(conn: Any, buffer: list[bytes], count: int, sent: list[bytes] |
     return count + len(buffer)
 
 
-async def script(redis: Redis, code: lua.Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-    """One script call packed by hiredis (a thousand arguments); NOSCRIPT loads it. Raises its error reply."""
-    packed = pack_command(tuple(code.command(keys, args)))
-    (reply,) = await stream(redis, [packed])
-    if isinstance(reply, NoScriptError):
-        await redis.script_load(code.text)
-        (reply,) = await stream(redis, [packed])
+async def scripts(redis: Redis, commands: Iterable[bytes], used: Sequence[Script]) -> list[Any]:
+    """Stream packed script calls (of the scripts ``used``, and commands that are no script) and read each reply
+    or error reply in order; the calls answered NOSCRIPT go once more after loading the scripts (see
+    :func:`hotboard.script.rerun_unknown`)."""
+    sent: list[bytes] = []
+    replies = await stream(redis, commands, sent)
+    return await rerun_unknown(redis, used, replies, lambda again: stream(redis, [sent[i] for i in again]))
+
+
+async def script(redis: Redis, code: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    """One script call packed by hiredis (a thousand arguments). Raises its error reply."""
+    (reply,) = await scripts(redis, [code.packed(keys, args)], (code,))
     if isinstance(reply, Exception):
         raise reply
     return reply

@@ -9,7 +9,6 @@ checkpoint); once a board was written its definition never changes.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -17,11 +16,13 @@ from typing import Literal
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from hotboard import keys, lua
+from hotboard import keys, lua_definitions
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError, from_hash, from_spec
+from hotboard.bounded import BoundedCache
+from hotboard.script import Script
 
 Outcome = Literal["created", "unchanged", "replaced"]
-_DEFINE = lua.Script(lua.DEFINE)
+_DEFINE = Script(lua_definitions.DEFINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,30 +187,24 @@ def _text(raw: bytes | str) -> str:
 
 
 class DefinitionCache:
-    """LRU of definitions, bounded by entries: 100,000 boards must not mean 100,000 cached hashes forever."""
+    """Declared definitions, bounded by entries (a :class:`hotboard.bounded.BoundedCache`): 100,000 boards must
+    not mean 100,000 cached hashes forever."""
 
     def __init__(self, max_entries: int = 65_536) -> None:
-        self._entries: OrderedDict[str, BoardDef] = OrderedDict()
-        self._max = max_entries
+        self._entries: BoundedCache[str, BoardDef] = BoundedCache(max_entries)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(self, board: str) -> BoardDef | None:
-        found = self._entries.get(board)
-        if found is not None:
-            self._entries.move_to_end(board)
-        return found
+        return self._entries.get(board)
 
     def missing(self, boards: Iterable[str]) -> list[str]:
         return [b for b in dict.fromkeys(boards) if b not in self._entries]
 
     def put(self, found: dict[str, BoardDef]) -> None:
         for board, definition in found.items():
-            self._entries[board] = definition
-            self._entries.move_to_end(board)
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+            self._entries.put(board, definition)
 
     def clear(self) -> None:
         self._entries.clear()

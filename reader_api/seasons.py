@@ -13,15 +13,14 @@ board, and a board just declared seasonal is read as such within the TTL.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 from redis.asyncio import Redis
 
 from hotboard import board_store, keys
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError
+from hotboard.bounded import TtlCache
 from hotboard.periods import Period, Schedule, period_board
 from reader_api.errors import ApiError, invalid, not_found
 
@@ -132,36 +131,6 @@ async def period_not_found(redis: Redis, board: str, period_id: str, kept: Seque
     listed = ", ".join(ids) if ids else "none"
     return not_found("period", f"board {board!r} has no period {period_id!r} (not kept, or not started); "
                      f"kept periods that exist, newest first: {listed}")  # fmt: skip
-
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class TtlCache(Generic[K, V]):
-    """Values kept ``ttl_s`` on an injected monotonic clock, in a bounded LRU."""
-
-    def __init__(self, ttl_s: float, max_entries: int, monotonic: Callable[[], float]) -> None:
-        self._ttl_s = ttl_s
-        self._max = max_entries
-        self._monotonic = monotonic
-        self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: K) -> V | None:
-        hit = self._entries.get(key)
-        if hit is None or hit[0] <= self._monotonic():
-            return None
-        self._entries.move_to_end(key)
-        return hit[1]
-
-    def put(self, key: K, value: V) -> None:
-        self._entries[key] = (self._monotonic() + self._ttl_s, value)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
 
 
 class Definitions:

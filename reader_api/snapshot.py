@@ -1,4 +1,4 @@
-"""Atomic reads: every answer comes from one Lua script (:mod:`hotboard.lua`), so one snapshot of the board.
+"""Atomic reads: every answer comes from one Lua script (:mod:`hotboard.lua_reads`), so one snapshot of the board.
 
 The flusher applies a window (scores + ``version`` + ``as_of``) in one script; a read script runs between
 two of them, never during one. So rank, score, neighbours, total and meta returned by one call below always
@@ -30,8 +30,9 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from hotboard import keys, lua
+from hotboard import keys, lua_reads
 from hotboard.boards import DEFAULT, ORDERS, TIES, BoardDef, DefinitionError, from_spec
+from hotboard.script import Script
 from reader_api.answers import MAX_SCORE, BoardInfo, Entry, FriendsList, Meta, Neighbourhood, PlayerRank, TopPage
 from reader_api.errors import corrupt, not_found
 
@@ -199,8 +200,8 @@ def board_info(board: str, reply: Sequence[Any]) -> BoardInfo:
             "version": meta_int(reply[2], board, keys.META_VERSION)}  # fmt: skip
 
 
-_READS = (lua.TOP, lua.PLAYER, lua.AROUND, lua.PLAYERS, lua.BOARD)
-_TOP, _PLAYER, _AROUND, _PLAYERS, _BOARD = (lua.Script(lua.NO_WRITES + t) for t in _READS)
+_READS = (lua_reads.TOP, lua_reads.PLAYER, lua_reads.AROUND, lua_reads.PLAYERS, lua_reads.BOARD)
+_TOP, _PLAYER, _AROUND, _PLAYERS, _BOARD = (Script(t) for t in _READS)
 
 
 class Snapshots:

@@ -138,3 +138,21 @@ async def test_a_halt_pins_its_checkpoint_and_a_lift_for_a_new_log_moves_the_epo
     [applied] = await other.flush([BoardBatch("g", {"a": 1}, {0: 10})], _expect({}))
     assert applied.outcome is Outcome.APPLIED
     assert await redis_client.hgetall(keys.applied_key("g")) == {b"scores:0": b"1000", b"scores:0:1": b"10"}
+
+
+async def test_checkpoint_and_halt_scripts_go_by_sha_and_survive_script_flush(redis_client: Redis) -> None:
+    """Every script the sink runs goes by its SHA1 (EVALSHA), its text only after a NOSCRIPT: the checkpoint
+    step of every window as much as the flush."""
+    sink = RedisSink(redis_client, "scores")
+    ckpt = keys.checkpoint_key("scores")
+    await redis_client.script_flush()  # as after a restart: each script answers NOSCRIPT once, then is loaded
+    await redis_client.config_resetstat()
+    assert [r.ok for r in await sink.advance_checkpoints({0: (NO_WATERMARK, 10)})] == [True]
+    assert [r.ok for r in await sink.advance_checkpoints({0: (10, 12)})] == [True]
+    await sink.record_halt(0, "retention_lost")
+    assert await redis_client.hget(ckpt, "0:halt") == b"retention_lost 12"
+    await redis_client.hset(ckpt, "0", 20)
+    assert await sink.lift_halt(0, ("retention_lost", 12), new_log=False) == 20
+    stats = await redis_client.info("commandstats")
+    assert "cmdstat_eval" not in stats, "a script was sent as text"
+    assert stats["cmdstat_evalsha"]["calls"] >= 4

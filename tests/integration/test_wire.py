@@ -151,3 +151,23 @@ async def test_the_registered_boards_are_bounded_and_registered_again(
     [again] = await sink.flush([BoardBatch("r-0-0", {"a": 1}, {0: 9})], lambda board, p: 0)
     assert again.outcome is Outcome.APPLIED
     assert await redis_client.zrange(keys.BOARD_INDEX_KEY, 0, -1) == [b"r-0-0"]
+
+
+async def test_a_board_flushed_every_window_stays_registered_past_the_bound(
+    redis_client: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The least recently flushed boards are forgotten first, not every board at once."""
+    from flusher import redis_sink
+
+    monkeypatch.setattr(redis_sink, "MAX_REGISTERED", 25)
+    sink = RedisSink(redis_client, "scores")
+    marks: dict[str, int] = {}
+    for round_no in range(8):
+        batches = [BoardBatch("hot", {"a": 1}, {0: round_no})]
+        batches += [BoardBatch(f"r-{round_no}-{b}", {"a": 1}, {0: round_no}) for b in range(10)]
+        results = await sink.flush(batches, lambda board, p: marks.get(board, NO_WATERMARK))
+        marks["hot"] = round_no
+        assert all(r.outcome is Outcome.APPLIED for r in results)
+        registered = await redis_client.zrange(keys.BOARD_INDEX_KEY, 0, -1)
+        assert (b"hot" in registered) == (round_no == 0), f"window {round_no}: hot registered again"
+        await redis_client.delete(keys.BOARD_INDEX_KEY)  # what a window registers is what the next one looks at

@@ -9,7 +9,7 @@ from typing import get_type_hints
 import pytest
 
 import reader_api
-from hotboard import lua
+from hotboard.script import Script
 from reader_api import snapshot
 from reader_api.cache import PageCache
 from reader_api.errors import ApiError
@@ -249,6 +249,6 @@ def test_every_script_the_api_runs_is_flagged_no_writes() -> None:
     """Redis itself refuses a write from a script flagged ``no-writes``, whatever the user may do: the API's
     "never writes" holds on an unrestricted Redis user too, not only on the read-only ACL user of the deploys."""
     modules = [importlib.import_module(f"reader_api.{m.name}") for m in pkgutil.iter_modules(reader_api.__path__)]
-    scripts = [v for module in modules for v in vars(module).values() if isinstance(v, lua.Script)]
+    scripts = [v for module in modules for v in vars(module).values() if isinstance(v, Script)]
     assert len(scripts) >= 5
     assert all(s.text.startswith("#!lua flags=no-writes\n") for s in scripts), [s.text[:30] for s in scripts]
