@@ -12,18 +12,19 @@ the codec's path exactly as before:
   no float, no integer literal written with a fraction or an exponent);
 - a key given twice: the last value counts, as in orjson, but each value is checked as it is read, so
   ``"ts": -1, "ts": 5`` is refused here (and accepted by the codec);
-- ``player`` is only a string here: the fold checks a new player's length and characters itself.
+- ``player`` is only a string here, and ``board`` one too: their users check them (a new player's length and
+  characters, a board against the boards the codec validated before).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Final
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Final
 
 import msgspec
 
-from hotboard.codec import MAX_ABS_DELTA
-from hotboard.keys import DEFAULT_BOARD, MAX_EXACT
+from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoded, Decoder, InvalidEvent
+from hotboard.keys import DEFAULT_BOARD, MAX_EXACT, is_valid_player
 
 
 class PlainEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -39,3 +40,24 @@ class PlainEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 #: One reusable typed decoder (stateless, like a compiled regex); raises on anything outside the shape: msgspec's
 #: errors, or TypeError on a tombstone.
 decode_plain: Final[Callable[[bytes], PlainEvent]] = msgspec.json.Decoder(PlainEvent).decode
+
+
+def decode_all(records: Iterable[Any], decoder: Decoder) -> list[Decoded]:
+    """:func:`hotboard.codec.decode_all` (what the checked fold reads) with the usual shape of a board the codec
+    validated before (``decoder.known_boards``) read by the typed decoder; the same fields or reasons."""
+    known, fields, max_bytes = decoder.known_boards, decoder.fields, MAX_VALUE_BYTES
+    out: list[Decoded] = []
+    for record in records:
+        value = record.value
+        try:
+            event = decode_plain(value)
+            if event.board in known and len(value) <= max_bytes and is_valid_player(event.player):
+                out.append((event.board, event.player, None, event.delta, None, event.ts, None))
+                continue
+        except Exception:  # noqa: BLE001 - outside the shape: the codec reads it and says why
+            pass
+        try:
+            out.append(fields(value))
+        except InvalidEvent as exc:
+            out.append(exc)
+    return out

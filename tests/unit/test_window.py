@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from flusher.batch import MAX_EXACT, BoardBatch
 from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Decoder, InvalidEvent, boards_to_check, decode_all
+from ingest import plain_event
 from ingest.pending import Window
 from ingest.window import PartitionFold
 
@@ -386,3 +387,23 @@ def test_fold_batch_agrees_with_the_codec_on_adversarial_json(values: list[bytes
     # freshness samples the first and the last event each call folds
     noted = [ts for times in calls if times for ts in (times[0], times[-1]) if ts is not None]
     assert (fold.min_ts_ms, fold.max_ts_ms) == ((min(noted), max(noted)) if noted else (None, None))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_json_event(), min_size=1, max_size=24), st.booleans())
+@example(
+    [b'{"player": "p1", "delta": 1, "ts": -1, "ts": 5}', b'{"board": "new", "player": "p\\u2028", "delta": 1}'], True
+)
+@example([b'{"player": "p\\u0000", "delta": 1}', b'{"player": "p1", "delta": 1, "pad": "\xff"}'], False)
+def test_the_checked_folds_decoding_agrees_with_the_codec(values: list[bytes | None], known: bool) -> None:
+    """What the checked fold reads (``plain_event.decode_all``: the typed decoder for the usual shape, the codec
+    for the rest) is what the codec alone reads, field for field and reason for reason, with the boards already
+    validated or not."""
+    ours, reference = Decoder(), Decoder()
+    for decoder in (ours, reference) if known else ():
+        decoder.known_boards.update(_FAST)
+    records = _records(values)
+    got = [(f.reason, f.detail) if isinstance(f, InvalidEvent) else f for f in plain_event.decode_all(records, ours)]
+    want = [(f.reason, f.detail) if isinstance(f, InvalidEvent) else f for f in decode_all(records, reference)]
+    assert got == want
+    assert ours.known_boards == reference.known_boards
