@@ -20,10 +20,10 @@ from aiokafka.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 from flusher.batch import Sink
 from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
-from hotboard.codec import Decoded, Decoder, InvalidEvent, Reason, boards_to_check, decode_all
+from hotboard.codec import Decoded, Decoder, InvalidEvent, Reason, boards_to_check
 from hotboard.records import Record
 from hotboard.timing import Backoff, wait_or_stop
-from ingest import seasons
+from ingest import plain_event, seasons
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
 from ingest.lenient_records import UNDECODABLE, lenient_fetches, lenient_walks, unreadable_header
@@ -139,7 +139,7 @@ class Intake:
             state.next_offset = max(state.next_offset, fold.last_offset + 1)
             if steady.consumed < len(chunk):
                 rest = chunk[steady.consumed :]
-                decoded = decode_all(rest, self._decoder)
+                decoded = plain_event.decode_all(rest, self._decoder)
                 try:
                     defs = await self._definitions(decoded, state.fast)
                     # seasonal boards' events go to their period's board (watermarks are per period board)

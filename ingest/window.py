@@ -18,18 +18,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import orjson
-
 from hotboard import codec, earliest
 from hotboard.boards import BoardDef, DefinitionError
-from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoded, Decoder, InvalidEvent, Reason, resolve
+from hotboard.codec import MAX_VALUE_BYTES, Decoded, Decoder, InvalidEvent, Reason, resolve
 from hotboard.earliest import Step
-from hotboard.keys import DEFAULT_BOARD, MAX_EXACT, PLAYER_MAX_CHARS
+from hotboard.keys import MAX_EXACT, PLAYER_MAX_CHARS
 from hotboard.operators import Folded as OpState
 from hotboard.operators import event as op_event
 from hotboard.operators import fold as op_fold
 from hotboard.operators import summed
 from hotboard.records import Record
+from ingest.plain_event import decode_plain
 
 #: (the consumed record, why it is invalid). Kept in the window like a delta until its flush.
 DeadLetter = tuple[Record, InvalidEvent]
@@ -86,9 +85,10 @@ class PartitionFold:
         valid event that needs more (its watermark looked up, or another operator: the caller continues with
         :meth:`fold_checked`).
 
-        The hot loop of the worker. A well-formed event is accepted right here after one orjson parse and a
-        few exact type checks; anything else goes through ``decoder.fields``, the one definition of validity,
-        which accepts it or says why not (the record is then kept for the dead-letter topic). No exception
+        The hot loop of the worker. An event of the usual shape is accepted right here after one typed decode in
+        C (:mod:`ingest.plain_event`) and, for a player new on its board, the player check; anything else goes
+        through ``decoder.fields``, the one definition of validity, which accepts it or says why not (the record
+        is then kept for the dead-letter topic). No exception
         leaves this loop with deltas past ``last_offset``: bookkeeping is settled in ``finally``.
         """
         boards = self.boards
@@ -100,11 +100,10 @@ class PartitionFold:
         # typed without None so the fold below indexes it unguarded: None (another board) is tested first
         get_table: Callable[[str], dict[str, int]] = tables.get  # type: ignore[assignment]
         slow = decoder.fields
-        loads = orjson.loads
+        decode = decode_plain
         dead = self.dead
         dead_before = len(dead)
-        max_bytes, max_chars, default_board = MAX_VALUE_BYTES, PLAYER_MAX_CHARS, DEFAULT_BOARD
-        min_delta, max_delta = -MAX_ABS_DELTA, MAX_ABS_DELTA
+        max_bytes, max_chars = MAX_VALUE_BYTES, PLAYER_MAX_CHARS
         added = 0
         largest = self.largest
         first_ts = last_ts = None
@@ -113,46 +112,31 @@ class PartitionFold:
             for record in records:
                 value: Any = record.value  # a tombstone's None fails in loads(): the slow path says why
                 try:
-                    obj = loads(value)
-                    if len(obj) == 4:  # the usual event: these four fields and no other (no op, meta or score)
-                        board = obj["board"]
-                        player = obj["player"]
-                        delta = obj["delta"]
-                        ts = obj["ts"]
-                        other = False
-                    else:
-                        player = obj["player"]
-                        delta = obj["delta"]
-                        board = obj.get("board", default_board)
-                        ts = obj.get("ts")
-                        # the decoder checks score even where the operator ignores it
-                        other = "op" in obj or "meta" in obj or "score" in obj
+                    event = decode(value)  # the usual shape, types and ranges checked in C
+                    board = event.board
+                    player = event.player
+                    delta = event.delta
+                    ts = event.ts
                     deltas = get_table(board)
                     if deltas is None and board in fast:
                         deltas = tables[board] = boards[board]
-                    plain = (
-                        deltas is not None
-                        and not other
-                        and type(delta) is int  # exact: bool is an int subclass; floats would make totals inexact
-                        and min_delta <= delta <= max_delta
-                        and ((type(ts) is int and 0 <= ts <= max_delta) or ts is None)
-                        and len(value) <= max_bytes
-                    )
+                    plain = deltas is not None and len(value) <= max_bytes
                     # a player already pending on this board was validated when it was added
                     new = plain and player not in deltas
                     if new:
-                        plain = 0 < len(player) <= max_chars and player.isprintable()  # AttributeError unless a str
+                        plain = 0 < len(player) <= max_chars and player.isprintable()
                 except Exception:  # noqa: BLE001 - not JSON, no value, not an object, a wrong type: the slow path says why
                     plain = False
                 if not plain:
                     try:
-                        board, player, op, delta, _, ts, meta = slow(value)
+                        board, player, op, amount, _, ts, meta = slow(value)
                     except InvalidEvent as exc:
                         dead.append((record, exc))
                         done += 1
                         continue
-                    if board not in fast or op not in (None, "incr") or meta is not None or delta is None:
+                    if board not in fast or op not in (None, "incr") or meta is not None or amount is None:
                         break  # its watermark or its operator decides: the general fold
+                    delta = amount
                     deltas = boards[board]
                     new = player not in deltas
                 if new:  # counted here, not by walking every board after the loop: 100,000 boards make that slow

@@ -82,3 +82,11 @@ def test_the_product_reads_every_kafka_compression_codec() -> None:
     assert {"snappy", "lz4", "zstd"} <= extras
     assert "cramjam" in pinned("prod.txt")
     assert "confluent-kafka" in pinned("dev.txt") and "confluent-kafka" not in pinned("prod.txt")
+
+
+def test_the_worker_decodes_with_orjson_and_msgspec() -> None:
+    """The codec (the contract) parses with orjson; the steady fold's typed decoder (ingest/plain_event.py) is
+    msgspec, imported by the worker at start: both are product dependencies, locked in both files."""
+    runtime = {name(r) for r in PROJECT["dependencies"]}
+    assert {"orjson", "msgspec"} <= runtime
+    assert {"orjson", "msgspec"} <= set(pinned("prod.txt")) & set(pinned("dev.txt"))

@@ -8,11 +8,14 @@ from collections import defaultdict
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from flusher.batch import MAX_EXACT, BoardBatch
-from hotboard.boards import DEFAULT
+from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Decoder, InvalidEvent, boards_to_check, decode_all
 from hotboard.records import Record
+from ingest import plain_event
 from ingest.pending import Window
 from ingest.window import PartitionFold
 from tests.records import json_record, record, records_of
@@ -254,3 +257,150 @@ def test_shares_of_different_forms_merge_in_partition_order() -> None:
     assert w.parts[0].boards["g"] == {"x": 5} and "x" in w.parts[1].ops["g"]
     [again] = w.batches(100)[0]
     assert again.states == batch.states
+
+
+# --- the fast fold against the codec, on adversarial JSON (hypothesis) -------------------------------------------
+# Each record is built from JSON fragments, so that the bytes, not only the values, vary: duplicate keys (orjson
+# keeps the last), escaped keys, bools, floats and integer literals past 2^53 and 2^64 where integers are wanted,
+# unicode escapes and lone surrogates, raw bytes that are not UTF-8, control characters, whitespace that JSON
+# allows and some it does not, deep nesting in fields the contract ignores, truncations and trailing bytes.
+
+_FAST = {"global": DEFAULT, "b1": DEFAULT, "b2": DEFAULT}
+
+
+def _mostly(
+    usual: st.SearchStrategy[bytes], odd: st.SearchStrategy[bytes], one_in: int = 6
+) -> st.SearchStrategy[bytes]:
+    """``odd`` once in ``one_in`` draws, else ``usual``: enough valid events that what the fast path accepts
+    matters as much as what it refuses."""
+    return st.sampled_from([usual] * (one_in - 1) + [odd]).flatmap(lambda chosen: chosen)
+
+
+_WS = _mostly(
+    st.sampled_from([b"", b"", b"", b" ", b"\n", b"\t", b"\r\n "]), st.sampled_from([b"\x0c", b"\xc2\xa0"]), 200
+)
+_PIECES = [b"p", b"q", b"1", b"-", b"a" * 64, b"\\u0000", b"\\u0007", b"\\u001f", b"\\u007f", b"\\u009f", b"\\u2028"]
+_PIECES += [b"\\ud800", b"\\udc00", b"\\ud83d\\ude00", b"\\ud83d", b'\\"', b"\\\\", b"\\/", b"\\n", b"\\x", b"\\u00e9"]
+_PIECES += [b"\xff", b"\xc3\xa9", b"\xed\xa0\x80", b"\xe2\x80\xa8", b"\x01", b"\x7f", b" ", b"\xf0\x9f\x98\x80"]
+_STRING = _mostly(
+    st.sampled_from([b'"p1"', b'"p2"', b'"p3"', b'"p\\u0031"', b'"\\ud83d\\ude00"', b'"\xc3\xa9"', b'"p\\u2028"']),
+    st.one_of(
+        st.lists(st.sampled_from(_PIECES), max_size=4).map(lambda parts: b'"' + b"".join(parts) + b'"'),
+        st.text(max_size=6).map(orjson.dumps),
+    ),
+)
+_EDGE_INTS = [2**53 - 1, -(2**53 - 1), 2**53, -(2**53), 2**63, -(2**63) - 1, 2**64, 10**30, 0]
+_INT = _mostly(
+    st.integers(-9, 9).map(lambda i: str(i).encode()),
+    st.one_of(
+        st.sampled_from(_EDGE_INTS).map(lambda i: str(i).encode()),
+        st.sampled_from([b"-0", b"1.0", b"2.5", b"1e2", b"1E+2", b"-0.0", b"true", b"false", b"null", b'"5"']),
+        st.sampled_from([b"01", b"+1", b"NaN", b"Infinity", b"1e999", b"0x1", b"[1]", b"{}"]),
+    ),
+)
+_TS = _mostly(st.just(b"1700000000000"), st.one_of(st.sampled_from([b"0", b"-1", b"null", b"1.7e12"]), _INT))
+_BOARD = _mostly(
+    st.sampled_from([b'"global"', b'"b1"', b'"b2"', b'"b\\u0031"']),
+    st.one_of(st.sampled_from([b'"other"', b'"bad board"']), _INT),
+)
+_NESTED = st.sampled_from([1, 2, 40, 300, 1100]).map(lambda n: b"[" * n + b"]" * n)
+_ANY = _mostly(
+    st.one_of(_STRING, _INT, st.sampled_from([b"{}", b'{"a":1}', b"[]", b"[[1]]"])),
+    st.one_of(_NESTED, st.sampled_from([b'{"a":"\xff"}', b'["\\ud800"]', b"1e999", b'"\x01"'])),
+)
+_OP = st.one_of(st.sampled_from([b'"incr"', b'"set"', b'"decr"', b'"best"', b"null", b'"INCR"', b"1"]), _ANY)
+_META = st.one_of(st.sampled_from([b"null", b"{}", b'{"a":1}', b"[]", b'{"a":' + b"[" * 40 + b"]" * 40 + b"}"]), _ANY)
+_FIELD = {b"board": _BOARD, b"player": _STRING, b"delta": _INT, b"ts": _TS, b"score": _INT, b"op": _OP}
+_FIELD |= {b"meta": _META, b"pad": _ANY, b"pl\\u0061yer": _STRING, b"Player": _STRING, b"": _ANY, b"delta ": _INT}
+
+
+@st.composite
+def _json_event(draw: st.DrawFn) -> bytes | None:
+    """One record value: mostly the usual event shape, with fields left out, repeated and added."""
+    shape = draw(st.sampled_from(["event"] * 15 + ["tombstone", "not an object", "truncated", "trailing", "bom"]))
+    if shape == "tombstone":
+        return None
+    if shape == "not an object":
+        return draw(st.one_of(_ANY, st.just(b'[{"player": "p1", "delta": 1}]')))
+    usual = [b"board", b"player", b"delta", b"ts"]
+    keys = [k for k in usual if draw(st.sampled_from([True] * 9 + [False]))]
+    if draw(st.sampled_from([False, False, True])):  # duplicates, extra and odd fields
+        keys += draw(st.lists(st.sampled_from(sorted(_FIELD)), min_size=1, max_size=3))
+    keys = draw(st.permutations(keys))
+    pairs = [draw(_WS) + b'"' + k + b'"' + draw(_WS) + b":" + draw(_WS) + draw(_FIELD[k]) + draw(_WS) for k in keys]
+    value = draw(_WS) + b"{" + b",".join(pairs) + b"}" + draw(_WS)
+    if shape == "truncated":
+        return value[: draw(st.integers(0, max(0, len(value) - 1)))]
+    if shape == "trailing":
+        return value + draw(st.sampled_from([b"x", b"\x00", b"}", b"{}", b"\xff"]))
+    return b"\xef\xbb\xbf" + value if shape == "bom" else value
+
+
+def _fold_everything(values: list[bytes | None], fast: dict[str, BoardDef]) -> tuple[PartitionFold, list[int]]:
+    """fold_batch over ``values`` again and again, stepping over each record it stops at (a valid event it
+    leaves to the general fold); returns the fold and the offsets it stopped at."""
+    fold, decoder, records, stops, start = PartitionFold(), Decoder(), records_of(values), [], 0
+    while start < len(records):
+        start += fold.fold_batch(records[start:], fast, decoder).consumed
+        if start < len(records):
+            stops.append(start)
+            start += 1
+    return fold, stops
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_json_event(), min_size=1, max_size=24))
+@example([b'{"player": "p1", "delta": 1, "ts": -1, "ts": 5}', b'{"player": "p1", "delta": true, "delta": 2}'])
+@example([b'{"player": "p1", "delta": 1, "delta": 9007199254740992}', b'{"player": "p1", "player": "p2"}'])
+@example([b'{"player": "p\\u0000", "delta": 1}', b'{"player": "p1", "delta": 1, "pad": "\xff"}'])
+@example([b'{"player": "p1", "delta": 1, "pad": ' + b"[" * 1100 + b"]" * 1100 + b"}", b'{"player": "\\ud800"}'])
+@example([b'{"board": "b1", "board": null, "player": "p1", "delta": 1}', b'{"pl\\u0061yer": "p2", "delta": 3}'])
+def test_fold_batch_agrees_with_the_codec_on_adversarial_json(values: list[bytes | None]) -> None:
+    """Record by record, what the codec says decides: an invalid record is dead-lettered with its reason, a valid
+    plain ``incr`` of a fast board is summed with the codec's own values, and any other valid event stops the
+    fast fold (it is the general fold's); the fast path may change none of it."""
+    fold, stops = _fold_everything(values, _FAST)
+    totals: defaultdict[tuple[str, str], int] = defaultdict(int)
+    reasons, expected_stops = [], []
+    calls: list[list[int | None]] = [[]]  # the event times folded by each fold_batch call
+    reference = Decoder()
+    for i, v in enumerate(values):
+        try:
+            board, player, op, delta, _, ts, meta = reference.fields(v)
+        except InvalidEvent as exc:
+            reasons.append(exc.reason.value)
+            continue
+        if board not in _FAST or op not in (None, "incr") or meta is not None or delta is None:
+            expected_stops.append(i)
+            calls.append([])
+            continue
+        totals[board, player] += delta
+        calls[-1].append(ts)
+    assert stops == expected_stops
+    assert [exc.reason.value for _, exc in fold.dead] == reasons
+    got = {(board, player): d for board, deltas in fold.boards.items() for player, d in deltas.items()}
+    assert got == dict(totals)
+    assert fold.events == len(values) - len(reasons) - len(stops) and fold.entries == len(totals)
+    # freshness samples the first and the last event each call folds
+    noted = [ts for times in calls if times for ts in (times[0], times[-1]) if ts is not None]
+    assert (fold.min_ts_ms, fold.max_ts_ms) == ((min(noted), max(noted)) if noted else (None, None))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_json_event(), min_size=1, max_size=24), st.booleans())
+@example(
+    [b'{"player": "p1", "delta": 1, "ts": -1, "ts": 5}', b'{"board": "new", "player": "p\\u2028", "delta": 1}'], True
+)
+@example([b'{"player": "p\\u0000", "delta": 1}', b'{"player": "p1", "delta": 1, "pad": "\xff"}'], False)
+def test_the_checked_folds_decoding_agrees_with_the_codec(values: list[bytes | None], known: bool) -> None:
+    """What the checked fold reads (``plain_event.decode_all``: the typed decoder for the usual shape, the codec
+    for the rest) is what the codec alone reads, field for field and reason for reason, with the boards already
+    validated or not."""
+    ours, reference = Decoder(), Decoder()
+    for decoder in (ours, reference) if known else ():
+        decoder.known_boards.update(_FAST)
+    records = records_of(values)
+    got = [(f.reason, f.detail) if isinstance(f, InvalidEvent) else f for f in plain_event.decode_all(records, ours)]
+    want = [(f.reason, f.detail) if isinstance(f, InvalidEvent) else f for f in decode_all(records, reference)]
+    assert got == want
+    assert ours.known_boards == reference.known_boards
