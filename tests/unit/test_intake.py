@@ -19,6 +19,7 @@ from ingest.assignment import Assignment
 from ingest.intake import Intake
 from ingest.metrics import WorkerMetrics
 from ingest.pending import Pending
+from ingest.redis_health import RedisHealth
 from ingest.settings import WorkerSettings
 from tests.records import record
 
@@ -63,7 +64,7 @@ def _intake(revoke: bool) -> tuple[Intake, _Consumer]:
     consumer, sink, metrics = _Consumer(), _Sink(), WorkerMetrics()
     assignment = Assignment(settings, consumer, sink, metrics)  # type: ignore[arg-type]
     assignment.add([TP])
-    assignment.parts[0].reset(-1, 0)
+    assignment.parts[0].positioned(-1, 0)
 
     def rebalance() -> None:
         if revoke:
@@ -72,7 +73,7 @@ def _intake(revoke: bool) -> tuple[Intake, _Consumer]:
 
     sink.on_lookup = rebalance
     intake = Intake(settings, consumer, assignment, Pending(), sink, metrics, asyncio.Event(), Backoff(cap_s=0.01),  # type: ignore[arg-type]
-                    lambda lost: None)  # fmt: skip
+                    RedisHealth())  # fmt: skip
     return intake, consumer
 
 
