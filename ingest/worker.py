@@ -12,9 +12,10 @@ Exactly-once rests on four rules:
    worker knows (a mismatch resynchronises too).
 4. Kafka commits follow checkpoints and serve lag monitoring only.
 
-The pieces: :mod:`ingest.assignment` (partitions, pauses, positioning, halts), :mod:`ingest.intake` (fetch and
-fold), :mod:`ingest.window` (the pure folds), :mod:`ingest.dlq` (dead letters), :mod:`flusher` (the sink). This
-module is the lifecycle and the flush step.
+The pieces: :mod:`ingest.assignment` (the one owner of the partitions' state: pauses, positioning, halts),
+:mod:`ingest.checkpoint` (a window's checkpoint moves), :mod:`ingest.redis_health` (which Redis the state came
+from, and whether to resynchronise), :mod:`ingest.intake` (fetch and fold), :mod:`ingest.window` (the pure folds),
+:mod:`ingest.dlq` (dead letters), :mod:`flusher` (the sink). This module is the lifecycle and the flush step.
 """
 
 from __future__ import annotations
