@@ -7,7 +7,9 @@ step reads and clears it under the worker's lock. One object, so no fold writes 
 
 from __future__ import annotations
 
-from flusher.server import ServerIdentity
+import contextlib
+
+from flusher.server import ServerIdentity, ServerRestarted
 
 
 class RedisHealth:
@@ -19,6 +21,17 @@ class RedisHealth:
         self.suspect = False
         #: Redis no longer holds the checkpoint a fold positioned from: resynchronise before flushing.
         self.resync_requested = False
+
+    def positioned_from(self, run_id: str) -> None:
+        """Positions were read from the server ``run_id``; another one than the known shows in
+        ``identity.restarted_as`` (and refuses new connections until the worker resynchronises)."""
+        with contextlib.suppress(ServerRestarted):
+            self.identity.seen(run_id)
+
+    def answered(self, run_id: str) -> None:
+        """Asked after a failure, Redis said which server it is: the suspicion is settled either way."""
+        self.positioned_from(run_id)
+        self.suspect = False
 
     def failed(self) -> None:
         """A call to Redis failed: it may come back as another server."""

@@ -38,7 +38,7 @@ from redis.asyncio import Redis
 
 from flusher.batch import BoardResult, Outcome
 from flusher.redis_sink import RedisSink
-from flusher.server import ServerRestarted, require_noeviction
+from flusher.server import require_noeviction
 from hotboard.timing import Backoff, ticker, wait_or_stop
 from ingest import dlq
 from ingest.assignment import Assignment
@@ -288,8 +288,7 @@ class Worker:
                 failure: Exception | None = exc
             else:
                 failure = None
-                with contextlib.suppress(ServerRestarted):
-                    self._identity.seen(run_id)  # another server behind a kept connection: at the next call
+                self._redis_health.positioned_from(run_id)  # another server behind a kept connection: at the next call
             finally:
                 # A partition positioned now resumes after its checkpoint: work still pending from before its
                 # halt goes, or it would be flushed in the epoch a lift begins. One still halted keeps it: its
@@ -467,9 +466,7 @@ class Worker:
         asked after a failure, Redis says so)? Then what it holds may be older than what we believe it holds,
         and only a resynchronisation from its checkpoints keeps the totals exact. Caller holds the lock."""
         if self._identity.restarted_as is None and self._redis_health.suspect:
-            with contextlib.suppress(ServerRestarted):
-                self._identity.seen(await self._sink.server_id())
-            self._redis_health.suspect = False
+            self._redis_health.answered(await self._sink.server_id())
         return self._resync_if_restarted()
 
     def _resync_if_restarted(self) -> bool:
