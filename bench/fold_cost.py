@@ -45,8 +45,8 @@ from hotboard.timing import Backoff
 from ingest.assignment import Assignment
 from ingest.intake import Intake
 from ingest.metrics import WorkerMetrics
-from ingest.partitions import PartitionState
 from ingest.pending import Pending
+from ingest.redis_health import RedisHealth
 from ingest.settings import WorkerSettings
 
 TOPIC = "fold-cost"
@@ -129,11 +129,11 @@ def intake(case: str) -> Intake:
     consumer: Any = _Consumer()
     metrics = WorkerMetrics()
     assignment = Assignment(settings, consumer, sink, metrics)
+    assignment.add([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
     for p in range(PARTITIONS):
-        state = assignment.parts[p] = PartitionState(p)
-        state.reset(NO_WATERMARK, 0)
+        assignment.parts[p].positioned(NO_WATERMARK, 0)
     return Intake(settings, consumer, assignment, Pending(), sink, metrics, asyncio.Event(), Backoff(),
-                  lambda lost: None)  # fmt: skip
+                  RedisHealth())  # fmt: skip
 
 
 def run_sync(coro: Coroutine[Any, Any, None]) -> None:

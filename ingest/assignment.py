@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from flusher.batch import NO_WATERMARK, Sink
+from flusher.batch import NO_WATERMARK, BoardBatch, Sink
+from ingest.checkpoint import Checkpoint
 from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason, PartitionState, position
 from ingest.pausing import PauseReason, Pauses
@@ -27,11 +28,19 @@ LOG_END_CONFIRM_S = 10.0
 
 
 class Assignment:
+    """The one owner of the partitions' state: every change to a :class:`PartitionState` goes through here (or
+    through the fold, which moves ``next_offset`` and learns watermarks by the state's own verbs)."""
+
     def __init__(
-        self, settings: WorkerSettings, consumer: AIOKafkaConsumer, sink: Sink, metrics: WorkerMetrics
+        self,
+        settings: WorkerSettings,
+        consumer: AIOKafkaConsumer,
+        sink: Sink,
+        metrics: WorkerMetrics,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
-        self.parts: dict[int, PartitionState] = {}
+        self._parts: dict[int, PartitionState] = {}
         self.pauses = Pauses()
         self._consumer = consumer
         self._sink = sink
@@ -39,22 +48,81 @@ class Assignment:
         #: Halts decided but not yet recorded in Redis (recorded at the next positioning or flush): partition ->
         #: reason.
         self._unrecorded: dict[int, str] = {}
+        self._clock = clock
+
+    @property
+    def parts(self) -> Mapping[int, PartitionState]:
+        """partition -> its state, read-only: the states change through this class's verbs."""
+        return self._parts
+
+    @property
+    def partitions(self) -> list[int]:
+        return sorted(self._parts)
 
     @property
     def ready(self) -> bool:
         """The consumer holds partitions and has positioned them all (none halted)."""
-        return bool(self.parts) and all(st.ready for st in self.parts.values())
+        return bool(self._parts) and all(st.ready for st in self._parts.values())
 
     @property
     def halted(self) -> dict[int, Halt]:
-        return {p: st.halted for p, st in self.parts.items() if st.halted is not None}
+        return {p: st.halt for p, st in self._parts.items() if st.halt is not None}
+
+    def positioned(self, partitions: Iterable[int]) -> set[int]:
+        """Those of ``partitions`` that are positioned."""
+        return {p for p in partitions if (st := self._parts.get(p)) is not None and st.ready}
 
     def tps(self, partitions: Iterable[int]) -> list[TopicPartition]:
         return [TopicPartition(self.settings.topic, p) for p in partitions]
 
     def ready_state(self, partition: int) -> PartitionState | None:
-        state = self.parts.get(partition)
+        state = self._parts.get(partition)
         return state if state is not None and state.ready else None
+
+    def seek_back(self, state: PartitionState) -> bool:
+        """Fetch ``state``'s records again from where its fold stopped, if it is still positioned (a rebalance or
+        a resynchronisation that took it meanwhile repositions it: not ours to seek). True when it seeked."""
+        if self.ready_state(state.partition) is not state:
+            return False
+        self._consumer.seek(TopicPartition(self.settings.topic, state.partition), state.next_offset)
+        return True
+
+    def seek_back_all(self) -> list[int]:
+        """Every positioned partition fetched again from where its fold stopped; returns them."""
+        ready = [p for p, st in self._parts.items() if st.ready]
+        for p in ready:
+            self.seek_back(self._parts[p])
+        return ready
+
+    # ---------------------------------------------------------------- what the flush reads and learns
+
+    def expected(self, board: str, partition: int) -> int:
+        """The watermark ``board`` holds for ``partition`` as this worker knows it (the flush's compare-and-set)."""
+        state = self._parts.get(partition)
+        return NO_WATERMARK if state is None else state.watermarks.get(board, NO_WATERMARK)
+
+    def applied(self, batches: Iterable[BoardBatch]) -> None:
+        """Every batch landed: its boards' watermarks are ours now."""
+        for batch in batches:
+            for p, offset in batch.offsets.items():
+                if (state := self._parts.get(p)) is not None:
+                    state.applied(batch.board, offset)
+
+    async def advance_checkpoints(self, covered: Mapping[int, int], lowest_letter: Mapping[int, int]) -> dict[int, int]:
+        """Move the checkpoints of a window whose batches all landed (see :mod:`ingest.checkpoint`); returns the
+        refused ones (partition -> what Redis holds)."""
+        return await Checkpoint(self._parts, covered, lowest_letter).commit(self._sink)
+
+    def checkpoints(self, partitions: Collection[int]) -> dict[int, int]:
+        """partition -> its checkpoint, for those of ``partitions`` still held."""
+        return {p: st.checkpoint for p, st in self._parts.items() if p in partitions}
+
+    def forget_idle(self, pending: Callable[[int], Collection[str]]) -> tuple[int, int]:
+        """Idle boards leave the positioned partitions' bookkeeping (``pending``: partition -> the boards of its
+        pending windows, kept). Returns (boards forgotten, boards still known)."""
+        ready = [(p, st) for p, st in self._parts.items() if st.ready]
+        forgotten = sum(st.forget_idle(pending(p)) for p, st in ready)
+        return forgotten, sum(len(st.watermarks) for _, st in ready)
 
     # ---------------------------------------------------------------- pauses
 
@@ -74,7 +142,7 @@ class Assignment:
         """Newly assigned partitions: paused until positioned (the seek happens outside the callback)."""
         mine = [tp.partition for tp in tps if tp.topic == self.settings.topic]
         for p in mine:
-            self.parts[p] = PartitionState(p)
+            self._parts[p] = PartitionState(p)
         self.pause(mine, PauseReason.POSITIONING)
         return mine
 
@@ -82,7 +150,7 @@ class Assignment:
         gone = list(partitions)
         self.pauses.forget(gone)
         for p in gone:
-            self.parts.pop(p, None)
+            self._parts.pop(p, None)
             self._unrecorded.pop(p, None)  # its next owner decides for itself
             with contextlib.suppress(KeyError):
                 self._metrics.consumer_lag.remove(str(p))
@@ -91,17 +159,17 @@ class Assignment:
     def unready_all(self) -> None:
         """Every partition is positioned again from Redis; a pause for backpressure must not outlive the pending
         work it held back (the caller dropped it)."""
-        for state in self.parts.values():
-            state.ready = False
-        self.pause(self.parts, PauseReason.POSITIONING)
-        self.release(self.parts, PauseReason.BACKPRESSURE)
+        for state in self._parts.values():
+            state.unposition()
+        self.pause(self._parts, PauseReason.POSITIONING)
+        self.release(self._parts, PauseReason.BACKPRESSURE)
 
     # ---------------------------------------------------------------- positioning and halts
 
     def waiting(self) -> list[int]:
         """Partitions to position now: not ready, and not halted (or due for a second look)."""
-        now = time.monotonic()
-        return [p for p, st in self.parts.items() if not st.ready and (st.halted is None or now >= st.recheck_at)]
+        now = self._clock()
+        return [p for p, st in self._parts.items() if st.due(now)]
 
     async def position(self, waiting: list[int]) -> str:
         """Position ``waiting`` from their checkpoints (or halt them); returns Redis's run_id as read first.
@@ -115,7 +183,7 @@ class Assignment:
             p: await self._consumer.committed(tp) for p, tp in zip(waiting, tps, strict=True) if p not in checkpoints
         }
         for p, tp in zip(waiting, tps, strict=True):
-            if p not in self.parts:  # revoked meanwhile
+            if p not in self._parts:  # revoked meanwhile
                 continue
             checkpoint = checkpoints.get(p)
             recorded = halts.get(p)
@@ -124,14 +192,14 @@ class Assignment:
                 # looks like now (a re-created topic may have grown past the old checkpoint meanwhile)
                 reason, _ = recorded
                 detail = f"halted earlier ({reason}) and the checkpoint is unchanged; see README to lift it"
-                self.halt(self.parts[p], Halt(HaltReason(reason), detail), record=False)
+                self.halt(self._parts[p], Halt(HaltReason(reason), detail), record=False)
                 continue
             if recorded is not None:
                 # the operator wrote the checkpoint: a re-created log's offsets start over, so its boards'
                 # watermarks (the old log's) are left behind in the old epoch
                 new_log = recorded[0] == HaltReason.BEYOND_LOG_END.value
                 lifted = await self._sink.lift_halt(p, recorded, new_log)
-                if lifted is None or p not in self.parts:
+                if lifted is None or p not in self._parts:
                     continue  # the halt changed meanwhile (or the partition went): position it again
                 checkpoint = None if lifted == NO_WATERMARK else lifted
                 log.warning("partition %d: the checkpoint was written since its halt (%s); resuming%s", p,
@@ -153,14 +221,15 @@ class Assignment:
     def _position_one(
         self, p: int, tp: TopicPartition, checkpoint: int | None, committed: int | None, start: int
     ) -> None:
-        state = self.parts[p]
+        state = self._parts[p]
         decision = position(checkpoint, committed, start)
         if isinstance(decision, Halt):
             self.halt(state, decision)
             return
         self._consumer.seek(tp, decision.offset)
-        state.reset(NO_WATERMARK if checkpoint is None else checkpoint, decision.offset)
-        state.positioned_poll_ms = self._consumer.last_poll_timestamp(tp)
+        state.positioned(
+            NO_WATERMARK if checkpoint is None else checkpoint, decision.offset, self._consumer.last_poll_timestamp(tp)
+        )
         if self.backpressured:
             self.pause([p], PauseReason.BACKPRESSURE)  # the bound holds for newly positioned ones too
         self.release([p], PauseReason.HALTED)
@@ -169,12 +238,9 @@ class Assignment:
 
     def halt(self, state: PartitionState, halt: Halt, *, record: bool = True) -> None:
         """History is gone: do not guess. An operator restores Redis or writes the checkpoint (README)."""
-        first = state.halted is None or state.halted.reason != halt.reason
         if record:
             self._unrecorded[state.partition] = halt.reason.value
-        state.ready = False
-        state.halted = halt
-        state.recheck_at = time.monotonic() + self.settings.halt_recheck_s
+        first = state.halted(halt, self._clock() + self.settings.halt_recheck_s)
         self.pause([state.partition], PauseReason.HALTED)
         if first:
             self._metrics.records_lost.inc(halt.lost)
@@ -193,7 +259,7 @@ class Assignment:
     async def out_of_range(self, offsets: dict[TopicPartition, int]) -> list[int]:
         """The broker says a position is outside the log: retention deleted it, or the log is not the one the
         checkpoint came from. Never reset silently (auto_offset_reset is "none"). Returns the halted ones."""
-        mine = {tp: o for tp, o in offsets.items() if tp.partition in self.parts}
+        mine = {tp: o for tp, o in offsets.items() if tp.partition in self._parts}
         if not mine:
             return []
         try:
@@ -211,30 +277,21 @@ class Assignment:
                 )
             else:
                 halt = Halt(HaltReason.BEYOND_LOG_END, f"position {offset} is outside the log (re-created topic?)")
-            self.halt(self.parts[tp.partition], halt)
+            self.halt(self._parts[tp.partition], halt)
         return [tp.partition for tp in mine]
 
     def check_log_end(self) -> list[int]:
         """A position past the log's end, seen in a fetch made after positioning: the checkpoint belongs to
         another log (a topic deleted and re-created, a rebuilt or mirrored cluster). Returns the halted ones."""
         halted = []
-        for tp in self.tps(self.parts):
-            state = self.parts[tp.partition]
+        for tp in self.tps(self._parts):
+            state = self._parts[tp.partition]
             if not state.ready:
-                continue
-            high = self._consumer.highwater(tp)
-            polled = self._consumer.last_poll_timestamp(tp)
-            if high is None or polled is None or polled == state.positioned_poll_ms:
-                continue
-            if state.next_offset <= high:
-                state.beyond_since = None
                 continue
             # A new partition leader's high watermark can lag for a moment (rolling broker restarts): only a
             # position that stays past the end for LOG_END_CONFIRM_S is a log that is not the checkpoint's.
-            now = time.monotonic()
-            if state.beyond_since is None:
-                state.beyond_since = now
-            if now - state.beyond_since < LOG_END_CONFIRM_S:
+            high = self._consumer.highwater(tp)
+            if not state.past_log_end(high, self._consumer.last_poll_timestamp(tp), self._clock(), LOG_END_CONFIRM_S):
                 continue
             self.halt(
                 state,
@@ -248,9 +305,9 @@ class Assignment:
         return halted
 
     def update_lag(self) -> None:
-        for tp in self.tps(self.parts):
+        for tp in self.tps(self._parts):
             high = self._consumer.highwater(tp)
-            state = self.parts.get(tp.partition)
+            state = self._parts.get(tp.partition)
             if high is None or state is None or not state.ready or state.next_offset < 0:
                 continue
             self._metrics.consumer_lag.labels(str(tp.partition)).set(max(0, high - state.next_offset))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from operator import attrgetter
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -30,6 +29,7 @@ from ingest.lenient_records import UNDECODABLE, lenient_fetches, lenient_walks, 
 from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason
 from ingest.pending import Pending
+from ingest.redis_health import RedisHealth
 from ingest.settings import WorkerSettings
 from ingest.window import Folded
 
@@ -49,7 +49,7 @@ class Intake:
         metrics: WorkerMetrics,
         stopping: asyncio.Event,
         backoff: Backoff,
-        on_redis_changed: Callable[[bool], None],
+        redis_health: RedisHealth,
     ) -> None:
         self.settings = settings
         self._consumer = consumer
@@ -59,9 +59,8 @@ class Intake:
         self._metrics = metrics
         self._stopping = stopping
         self._backoff = backoff
-        #: Called with True when Redis no longer holds what the worker positioned from (resynchronise), with
-        #: False when Redis failed (check whether it restarted before the next flush).
-        self._on_redis_changed = on_redis_changed
+        #: Told when Redis failed (did it restart?) or no longer holds what the worker positioned from.
+        self._redis_health = redis_health
         self._decoder = Decoder()
         #: Definitions of the boards seen, bounded; cleared on every resynchronisation.
         self.definitions = DefinitionCache(settings.max_cached_definitions)
@@ -94,10 +93,9 @@ class Intake:
         if now < self._forget_at:
             return
         self._forget_at = now + self.settings.forget_idle_boards_s
-        for p, state in self._assignment.parts.items():
-            if state.ready:
-                self._metrics.boards_forgotten.inc(state.forget_idle(self._pending.boards_of(p)))
-        self._metrics.known_boards.set(sum(len(st.watermarks) for st in self._assignment.parts.values() if st.ready))
+        forgotten, known = self._assignment.forget_idle(self._pending.boards_of)
+        self._metrics.boards_forgotten.inc(forgotten)
+        self._metrics.known_boards.set(known)
 
     async def fold(self, batch: dict[TopicPartition, list[Record]]) -> None:
         applied = invalid = duplicate = 0
@@ -136,7 +134,7 @@ class Intake:
             fold = self._pending.active.fold_for(tp.partition)
             steady = fold.fold_batch(chunk, state.fast, self._decoder)
             out.append(steady)
-            state.next_offset = max(state.next_offset, fold.last_offset + 1)
+            state.folded_to(fold.last_offset)
             if steady.consumed < len(chunk):
                 rest = chunk[steady.consumed :]
                 decoded = plain_event.decode_all(rest, self._decoder)
@@ -147,31 +145,30 @@ class Intake:
                     unknown = boards_to_check(decoded, state.watermarks)
                     if unknown:
                         # a checkpoint move may land while the lookup's reply is read: either side is ours
-                        known = (state.checkpoint, state.advancing)
+                        known = state.checkpoint_candidates()
                         marks, checkpoint = await self._sink.load_watermarks(tp.partition, unknown)
                 except TRANSIENT as exc:
-                    if self._assignment.ready_state(tp.partition) is state:
-                        self._consumer.seek(tp, state.next_offset)  # fetched again once Redis answers
-                    # else a rebalance took it (or a resync repositions it) while we waited: not ours to seek
-                    self._on_redis_changed(False)  # did it restart? the next flush asks first
+                    # fetched again once Redis answers, unless a rebalance took it (or a resync repositions it)
+                    self._assignment.seek_back(state)
+                    self._redis_health.failed()  # did it restart? the next flush asks first
                     log.warning("cannot read watermarks of partition %d (%r); retrying", tp.partition, exc)
                     await wait_or_stop(self._stopping, self._backoff.next_delay())
                     return out
                 if self._assignment.ready_state(tp.partition) is not state:
                     return out  # revoked or resynchronised while we waited
                 if unknown:
-                    if checkpoint not in (state.checkpoint, state.advancing, *known):
+                    if checkpoint not in (*state.checkpoint_candidates(), *known):
                         # Redis lost (or someone moved) the checkpoint these watermarks are relative to: an
                         # emptied Redis answers "no watermark" for a board it applied. Resynchronise first.
-                        self._consumer.seek(tp, state.next_offset)
-                        self._on_redis_changed(True)
+                        self._assignment.seek_back(state)
+                        self._redis_health.lost_checkpoint()
                         log.warning("partition %d: checkpoint %d in Redis, %d expected; resynchronising",
                                     tp.partition, checkpoint, state.checkpoint)  # fmt: skip
                         return out
                     state.learned(marks)
                 fold = self._pending.active.fold_for(tp.partition)  # may have been sealed
                 out.append(fold.fold_checked(rest, decoded, state.watermarks, state.clear, defs, state.fast))
-                state.next_offset = max(state.next_offset, fold.last_offset + 1)
+                state.folded_to(fold.last_offset)
             i += len(chunk)
             if fold.largest_board() >= cap:
                 self._pending.seal()
@@ -195,9 +192,7 @@ class Intake:
         are not UTF-8 is dead-lettered (with its key and value), the records around it are folded as usual. A
         batch even the lenient parser refuses halts its partition, loudly, rather than guess past it."""
         log.warning("the Kafka client could not parse a record (%r); reading leniently", error)
-        ready = [p for p, st in self._assignment.parts.items() if st.ready]
-        for tp in self._assignment.tps(ready):
-            self._consumer.seek(tp, self._assignment.parts[tp.partition].next_offset)
+        ready = self._assignment.seek_back_all()
         with lenient_fetches():
             for tp in self._assignment.tps(ready):
                 try:
@@ -215,7 +210,7 @@ class Intake:
         one at a time, then the partition halts at that batch, loudly, instead of guessing past it."""
         if (state := self._assignment.ready_state(tp.partition)) is None:
             return
-        self._consumer.seek(tp, state.next_offset)
+        self._assignment.seek_back(state)
         while (state := self._assignment.ready_state(tp.partition)) is not None:
             try:
                 records = (await self._consumer.getmany(tp, timeout_ms=1000, max_records=1)).get(tp, [])
@@ -257,7 +252,7 @@ class Intake:
         reason = InvalidEvent(Reason.UNREADABLE, f"header name is not UTF-8 (hex {header_hex[:64]})")
         fold.dead.append((record, reason))
         fold.last_offset = record.offset
-        state.next_offset = record.offset + 1
+        state.folded_to(record.offset)
         self._metrics.events.labels("invalid").inc()
         log.warning("partition %d offset %d has a header name that is not UTF-8; dead-lettered", tp.partition,
                     record.offset)  # fmt: skip

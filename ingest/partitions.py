@@ -10,7 +10,7 @@ event takes its board's watermark check (a board the partition never fed takes t
 from __future__ import annotations
 
 from collections.abc import Container
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from flusher.batch import NO_WATERMARK
@@ -68,57 +68,163 @@ def position(checkpoint: int | None, committed: int | None, log_start: int) -> S
     )
 
 
-@dataclass(slots=True)
+class Phase(StrEnum):
+    """Where an assigned partition is in its life: assigned -> positioned (consumed) -> halted or assigned again
+    (a resynchronisation); a halted one is positioned again once its checkpoint is written."""
+
+    #: Waiting to be positioned from its checkpoint; records are ignored meanwhile (fetched again after the seek).
+    ASSIGNED = "assigned"
+    #: Seeked to right after its checkpoint: its records are folded.
+    POSITIONED = "positioned"
+    #: History is gone; paused until an operator writes the checkpoint (looked at again every recheck).
+    HALTED = "halted"
+
+
 class PartitionState:
-    """One assigned partition."""
+    """One assigned partition, changed only through its verbs. The fold reads ``next_offset``, ``watermarks``,
+    ``clear`` and ``fast`` directly (plain attributes: the hot loop pays no property call); nothing outside this
+    class writes them."""
 
-    partition: int
-    #: False until positioned; records are ignored meanwhile (they are fetched again after the seek).
-    ready: bool = False
-    halted: Halt | None = None
-    #: When a halted partition is looked at again (monotonic seconds).
-    recheck_at: float = 0.0
-    #: The consumer's last-poll time when positioned: the log end is trusted only from a later fetch.
-    positioned_poll_ms: int | None = None
-    #: Since when (monotonic) the position has been seen past the log's end; None while it is not.
-    beyond_since: float | None = None
-    #: Records below this offset were folded already (guards against re-delivery after a seek).
-    next_offset: int = -1
-    #: The checkpoint Redis holds, as this worker last read or wrote it (NO_WATERMARK: none).
-    checkpoint: int = NO_WATERMARK
-    #: The value a checkpoint move in flight will leave in Redis (a lookup may see it before the reply).
-    advancing: int | None = None
-    #: board -> this partition's watermark on it, exactly as Redis holds it; looked up the first time the
-    #: board is seen after positioning, then kept by our own flushes.
-    watermarks: dict[str, int] = field(default_factory=dict)
-    #: Boards whose watermark lies below ``next_offset``: their events need no check.
-    clear: set[str] = field(default_factory=set)
-    #: The clear boards whose definition sums ``incr`` events (the fold's fast path), with that definition.
-    fast: dict[str, BoardDef] = field(default_factory=dict)
-    #: Boards applied or looked up since the last :meth:`forget_idle`: the others are idle.
-    recent: set[str] = field(default_factory=set)
+    __slots__ = (
+        "_advancing",
+        "_beyond_since",
+        "_checkpoint",
+        "_halt",
+        "_phase",
+        "_positioned_poll_ms",
+        "_recent",
+        "_recheck_at",
+        "clear",
+        "fast",
+        "next_offset",
+        "partition",
+        "watermarks",
+    )  # fmt: skip
 
-    def reset(self, checkpoint: int, resume: int) -> None:
-        self.checkpoint = checkpoint
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self._phase = Phase.ASSIGNED
+        self._halt: Halt | None = None
+        #: When a halted partition is looked at again (monotonic seconds).
+        self._recheck_at = 0.0
+        #: The consumer's last-poll time when positioned: the log end is trusted only from a later fetch.
+        self._positioned_poll_ms: int | None = None
+        #: Since when (monotonic) the position has been seen past the log's end; None while it is not.
+        self._beyond_since: float | None = None
+        #: Records below this offset were folded already (guards against re-delivery after a seek).
+        self.next_offset = -1
+        #: The checkpoint Redis holds, as this worker last read or wrote it (NO_WATERMARK: none).
+        self._checkpoint = NO_WATERMARK
+        #: The value a checkpoint move in flight will leave in Redis (a lookup may see it before the reply).
+        self._advancing: int | None = None
+        #: board -> this partition's watermark on it, exactly as Redis holds it; looked up the first time the
+        #: board is seen after positioning, then kept by our own flushes.
+        self.watermarks: dict[str, int] = {}
+        #: Boards whose watermark lies below ``next_offset``: their events need no check.
+        self.clear: set[str] = set()
+        #: The clear boards whose definition sums ``incr`` events (the fold's fast path), with that definition.
+        self.fast: dict[str, BoardDef] = {}
+        #: Boards applied or looked up since the last :meth:`forget_idle`: the others are idle.
+        self._recent: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<PartitionState {self.partition} {self._phase} next={self.next_offset} checkpoint={self._checkpoint}>"
+
+    # ---------------------------------------------------------------- reads
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def ready(self) -> bool:
+        return self._phase is Phase.POSITIONED
+
+    @property
+    def halt(self) -> Halt | None:
+        """Why the partition is halted; None unless it is."""
+        return self._halt if self._phase is Phase.HALTED else None
+
+    @property
+    def checkpoint(self) -> int:
+        return self._checkpoint
+
+    def due(self, now: float) -> bool:
+        """To be positioned now: assigned, or halted and due for a second look."""
+        return self._phase is Phase.ASSIGNED or (self._phase is Phase.HALTED and now >= self._recheck_at)
+
+    def checkpoint_candidates(self) -> tuple[int, int | None]:
+        """What Redis may hold as this partition's checkpoint: the known value, or the move in flight."""
+        return self._checkpoint, self._advancing
+
+    # ---------------------------------------------------------------- phase changes
+
+    def positioned(self, checkpoint: int, resume: int, poll_ms: int | None = None) -> None:
+        """Seeked to ``resume`` from ``checkpoint``: everything learned before is forgotten."""
+        self._checkpoint = checkpoint
         self.next_offset = resume
         self.watermarks = {}
         self.clear = set()
         self.fast = {}
-        self.recent = set()
-        self.halted = None
-        self.beyond_since = None
-        self.ready = True
+        self._recent = set()
+        self._halt = None
+        self._beyond_since = None
+        self._positioned_poll_ms = poll_ms
+        self._phase = Phase.POSITIONED
+
+    def halted(self, halt: Halt, recheck_at: float) -> bool:
+        """Halted for ``halt``, looked at again at ``recheck_at``. True when this is news (not halted before, or
+        for another reason)."""
+        first = self._halt is None or self._halt.reason != halt.reason
+        self._halt = halt
+        self._recheck_at = recheck_at
+        self._phase = Phase.HALTED
+        return first
+
+    def unposition(self) -> None:
+        """Positioned again from Redis (a resynchronisation); a halted partition stays halted."""
+        if self._phase is Phase.POSITIONED:
+            self._phase = Phase.ASSIGNED
+
+    def past_log_end(self, high: int | None, polled_ms: int | None, now: float, confirm_s: float) -> bool:
+        """The log-end rule: the position lies past the log's high watermark in a fetch made after positioning,
+        and has for ``confirm_s`` (a new partition leader's high watermark can lag for a moment)."""
+        if self._phase is not Phase.POSITIONED or high is None or polled_ms is None:
+            return False
+        if polled_ms == self._positioned_poll_ms:
+            return False
+        if self.next_offset <= high:
+            self._beyond_since = None
+            return False
+        if self._beyond_since is None:
+            self._beyond_since = now
+        return now - self._beyond_since >= confirm_s
+
+    # ---------------------------------------------------------------- progress
+
+    def folded_to(self, last_offset: int) -> None:
+        """Records up to ``last_offset`` are folded (or dead-lettered): a re-delivery of them is skipped."""
+        if last_offset >= self.next_offset:
+            self.next_offset = last_offset + 1
 
     def applied(self, board: str, offset: int) -> None:
         """Our own batch for ``board`` landed up to ``offset``."""
         self.watermarks[board] = offset
         self.clear.add(board)
-        self.recent.add(board)
+        self._recent.add(board)
 
     def learned(self, marks: dict[str, int]) -> None:
         """Watermarks looked up in Redis."""
         self.watermarks.update(marks)
-        self.recent.update(marks)
+        self._recent.update(marks)
+
+    def checkpoint_moving(self, new: int | None) -> None:
+        """A checkpoint move to ``new`` is in flight (None: it settled, either way)."""
+        self._advancing = new
+
+    def checkpoint_moved(self, new: int) -> None:
+        """Redis confirmed the checkpoint move."""
+        self._checkpoint = new
 
     def forget_idle(self, pending: Container[str]) -> int:
         """Drop the boards idle since the last call (a week's period boards once the next week runs), so the
@@ -126,11 +232,11 @@ class PartitionState:
         checkpoint goes (it skips nothing any more), and never a board of a pending window (its flush expects
         it). A forgotten board's next event looks its watermark up again, exactly as after a positioning.
         Returns how many were forgotten."""
-        recent, checkpoint = self.recent, self.checkpoint
+        recent, checkpoint = self._recent, self._checkpoint
         idle = [b for b, mark in self.watermarks.items() if mark <= checkpoint and b not in recent and b not in pending]
         for board in idle:
             del self.watermarks[board]
             self.clear.discard(board)
             self.fast.pop(board, None)
-        self.recent = set()
+        self._recent = set()
         return len(idle)

@@ -12,9 +12,10 @@ Exactly-once rests on four rules:
    worker knows (a mismatch resynchronises too).
 4. Kafka commits follow checkpoints and serve lag monitoring only.
 
-The pieces: :mod:`ingest.assignment` (partitions, pauses, positioning, halts), :mod:`ingest.intake` (fetch and
-fold), :mod:`ingest.window` (the pure folds), :mod:`ingest.dlq` (dead letters), :mod:`flusher` (the sink). This
-module is the lifecycle and the flush step.
+The pieces: :mod:`ingest.assignment` (the one owner of the partitions' state: pauses, positioning, halts),
+:mod:`ingest.checkpoint` (a window's checkpoint moves), :mod:`ingest.redis_health` (which Redis the state came
+from, and whether to resynchronise), :mod:`ingest.intake` (fetch and fold), :mod:`ingest.window` (the pure folds),
+:mod:`ingest.dlq` (dead letters), :mod:`flusher` (the sink). This module is the lifecycle and the flush step.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 
-from flusher.batch import NO_WATERMARK, BoardResult, Outcome
+from flusher.batch import BoardResult, Outcome
 from flusher.redis_sink import RedisSink
-from flusher.server import ServerIdentity, ServerRestarted, require_noeviction
+from flusher.server import require_noeviction
 from hotboard.timing import Backoff, ticker, wait_or_stop
 from ingest import dlq
 from ingest.assignment import Assignment
@@ -49,6 +50,7 @@ from ingest.ops_http import serve_ops
 from ingest.partitions import Halt
 from ingest.pausing import PauseReason
 from ingest.pending import Pending, Window
+from ingest.redis_health import RedisHealth
 from ingest.settings import WorkerSettings
 
 log = logging.getLogger("hotboard.worker")
@@ -71,7 +73,8 @@ class FlushReport:
 
 
 class Worker:
-    """``async with Worker(settings) as worker: await worker.run()``; ``stop()`` (SIGTERM) drains and exits."""
+    """``async with Worker(settings) as worker: await worker.run()``; ``stop()`` (SIGTERM) drains and exits.
+    Made inside the event loop (the Kafka clients are); nothing connects before ``async with``."""
 
     def __init__(
         self,
@@ -84,20 +87,35 @@ class Worker:
     ) -> None:
         self.settings = settings
         self.metrics = metrics or WorkerMetrics()
-        self._redis = redis
         self._handle_signals = handle_signals
         self._on_flush = on_flush
         self._stack = AsyncExitStack()
         self._stopping = asyncio.Event()
         self._lock = asyncio.Lock()  # one flush / rebalance / positioning step at a time
         self._pending = Pending()
-        #: The Redis server the partitions were positioned from, checked on every new connection: another one
-        #: (a restart that may have lost its last second of writes, AOF everysec) means resynchronise.
-        self._identity = ServerIdentity()
-        self._redis_suspect = False
-        #: Set by the fold when Redis no longer holds the checkpoint it positioned from: resync before flushing.
-        self._resync_requested = False
+        self._redis_health = RedisHealth()
+        self._identity = self._redis_health.identity
         self._backoff = Backoff(cap_s=settings.backoff_max_s)
+        s = settings
+        #: An injected client is its owner's to close, and has not connected yet: its connections are checked too.
+        self._owns_redis = redis is None
+        if redis is None:
+            redis = Redis.from_url(
+                s.redis, socket_timeout=s.redis_timeout_s, socket_connect_timeout=s.redis_timeout_s,
+                redis_connect_func=self._identity.on_connect,
+            )  # fmt: skip
+        else:
+            redis.connection_pool.connection_kwargs["redis_connect_func"] = self._identity.on_connect
+        self._redis = redis
+        self._sink = RedisSink(redis, s.topic, s.max_script_players)
+        self._consumer = AIOKafkaConsumer(**consumer_config(s))
+        self._producer = AIOKafkaProducer(**producer_config(s))
+        self._assignment = Assignment(s, self._consumer, self._sink, self.metrics)
+        self._intake = Intake(
+            s, self._consumer, self._assignment, self._pending, self._sink, self.metrics, self._stopping,
+            self._backoff, self._redis_health,
+        )  # fmt: skip
+        self._dead = dlq.DeadLetters(self._producer, s.dlq, s.dlq_max_bytes, s.dlq_send_timeout_s)
         self._heartbeat = time.monotonic()
         self._flusher: asyncio.Task[None] | None = None
         #: An unexpected error met inside a rebalance callback (which the consumer would swallow): run() raises it.
@@ -130,7 +148,7 @@ class Worker:
 
     @property
     def assigned(self) -> list[int]:
-        return sorted(self._assignment.parts) if hasattr(self, "_assignment") else []
+        return self._assignment.partitions
 
     @property
     def halted(self) -> dict[int, Halt]:
@@ -141,24 +159,9 @@ class Worker:
     async def __aenter__(self) -> Self:
         s = self.settings
         try:
-            if self._redis is None:
-                self._redis = Redis.from_url(
-                    s.redis, socket_timeout=s.redis_timeout_s, socket_connect_timeout=s.redis_timeout_s,
-                    redis_connect_func=self._identity.on_connect,
-                )  # fmt: skip
+            if self._owns_redis:
                 self._stack.push_async_callback(self._redis.aclose)
-            else:  # an injected client that has not connected yet: its connections are checked too
-                self._redis.connection_pool.connection_kwargs["redis_connect_func"] = self._identity.on_connect
-            self._sink = RedisSink(self._redis, s.topic, s.max_script_players)
-            self._consumer = AIOKafkaConsumer(**consumer_config(s))
-            self._producer = AIOKafkaProducer(**producer_config(s))
-            self._assignment = Assignment(s, self._consumer, self._sink, self.metrics)
-            self._intake = Intake(
-                s, self._consumer, self._assignment, self._pending, self._sink, self.metrics, self._stopping,
-                self._backoff, self._redis_changed,
-            )  # fmt: skip
             await start_clients(self._stack, [self._consumer, self._producer], s)
-            self._dead = dlq.DeadLetters(self._producer, s.dlq, s.dlq_max_bytes, s.dlq_send_timeout_s)
             self._consumer.subscribe([s.topic], listener=_Listener(self))
             if s.metrics_port:
                 server = serve_ops(
@@ -257,7 +260,6 @@ class Worker:
     async def _check_redis(self) -> None:
         """Before anything is written: Redis must never evict a key (raises EvictionPolicyError, which ends the
         worker). An unreachable Redis is waited for."""
-        assert self._redis is not None
         while not self._stopping.is_set():
             try:
                 await require_noeviction(self._redis)
@@ -286,14 +288,13 @@ class Worker:
                 failure: Exception | None = exc
             else:
                 failure = None
-                with contextlib.suppress(ServerRestarted):
-                    self._identity.seen(run_id)  # another server behind a kept connection: at the next call
+                self._redis_health.positioned_from(run_id)  # another server behind a kept connection: at the next call
             finally:
                 # A partition positioned now resumes after its checkpoint: work still pending from before its
                 # halt goes, or it would be flushed in the epoch a lift begins. One still halted keeps it: its
                 # boards take it at the next flush (the checkpoint stays), as the records before an unreadable
                 # batch must, whatever an outage delayed (a skip past the batch would lose them otherwise).
-                positioned = {p for p in waiting if (st := self._assignment.parts.get(p)) is not None and st.ready}
+                positioned = self._assignment.positioned(waiting)
                 self._pending.drop(positioned)
                 self._dead.drop(positioned)
         if failure is not None:
@@ -309,27 +310,23 @@ class Worker:
         limit, byte_limit = self.settings.max_pending_entries, self.settings.max_pending_dlq_bytes
         paused = self._assignment.backpressured
         if not paused and (pending >= limit or dead_bytes >= byte_limit):
-            self._assignment.pause(self._assignment.parts, PauseReason.BACKPRESSURE)
+            self._assignment.pause(self._assignment.partitions, PauseReason.BACKPRESSURE)
             self.metrics.backpressure_paused.set(1)
             log.warning(
                 "backpressure: %d entries and %d dead-letter bytes pending (limit %d); fetching paused until "
                 "flushes land", pending, dead_bytes, limit,
             )  # fmt: skip
         elif paused and pending < limit // 2 and dead_bytes < byte_limit // 2:
-            self._assignment.release(self._assignment.parts, PauseReason.BACKPRESSURE)
+            self._assignment.release(self._assignment.partitions, PauseReason.BACKPRESSURE)
             self.metrics.backpressure_paused.set(0)
             log.info("backpressure released: %d entries pending", pending)
-
-    def _redis_changed(self, lost: bool) -> None:
-        self._redis_suspect = True
-        self._resync_requested |= lost
 
     def _resync(self, cause: str) -> None:
         """Forget pending work and re-read positions from Redis for every assigned partition."""
         self.metrics.resyncs.labels(cause).inc()
         self._intake.definitions.clear()
         self._pending.clear()
-        self._dead.drop(set(self._assignment.parts))
+        self._dead.drop(set(self._assignment.partitions))
         self._assignment.unready_all()
         self.metrics.backpressure_paused.set(0)
         self.metrics.pending_entries.set(0)
@@ -388,8 +385,7 @@ class Worker:
         self._assignment.check_log_end()
         with contextlib.suppress(*TRANSIENT):
             await self._assignment.record_halts()
-        if self._resync_requested:
-            self._resync_requested = False
+        if self._redis_health.take_resync():
             self._resync("checkpoint")
             return True
         if not self._pending.sealed:
@@ -405,7 +401,7 @@ class Worker:
                 return True
             # 1. every board: compare-and-set its watermarks, apply its deltas; one round trip for all boards
             batches, saturated = window.batches(self.settings.max_script_players)
-            results = await self._sink.flush(batches, self._expected)
+            results = await self._sink.flush(batches, self._assignment.expected)
             duration = time.monotonic() - started
             fenced = sum(r.outcome is Outcome.FENCED for r in results)
             redefined = sum(r.outcome is Outcome.REDEFINED for r in results)
@@ -424,10 +420,7 @@ class Worker:
                 self._resync("definition")
                 return True
             # 2. learn the new watermarks of the boards that took the window
-            for batch in batches:
-                for p, offset in batch.offsets.items():
-                    if (state := self._assignment.parts.get(p)) is not None:
-                        state.applied(batch.board, offset)
+            self._assignment.applied(batches)
             # 3. dead letters into the outbox and out, only now: a window refused (fenced, redefined) is folded
             #    again, and may judge them differently. A letter the DLQ refuses holds its partition's checkpoint
             await self._send_dead_letters(window)
@@ -437,7 +430,7 @@ class Worker:
         except TRANSIENT as exc:
             if self._resync_if_restarted():  # a new connection met another server (refused: nothing written there)
                 return True
-            self._redis_suspect = True
+            self._redis_health.failed()
             self.failed_flushes += 1
             self.metrics.windows.labels("failed").inc()
             log.warning("flush failed (%r); keeping %d entries and retrying with backoff", exc, window.entries)
@@ -447,7 +440,7 @@ class Worker:
         if self._on_flush is not None:
             self._on_flush(FlushReport(started, duration, window.offsets(), window.events, window.entries, results))
         # 5. commit Kafka offsets: lag monitoring only, Redis checkpoints are the truth
-        await self._commit({p: st.checkpoint for p, st in self._assignment.parts.items() if p in window.parts})
+        await self._commit(self._assignment.checkpoints(window.parts))
         self._update_backpressure()
         return True
 
@@ -461,29 +454,9 @@ class Worker:
         self.metrics.dlq_failures.inc(self._dead.failures - failures)
 
     async def _advance_checkpoints(self, window: Window) -> bool:
-        lowest_letter = self._dead.lowest_pending()
-        moves: dict[int, tuple[int, int]] = {}
-        for p, last in window.offsets().items():
-            state = self._assignment.parts.get(p)
-            if state is None or state.halted is not None:
-                continue  # a halted partition's checkpoint is the operator's to move (its boards took the window)
-            new = min(last, lowest_letter.get(p, last + 1) - 1)
-            if new > state.checkpoint:
-                moves[p] = (state.checkpoint, new)
-        for p, (_, new) in moves.items():
-            self._assignment.parts[p].advancing = new
-        try:
-            results = await self._sink.advance_checkpoints(moves)
-        finally:
-            for p in moves:
-                if (state := self._assignment.parts.get(p)) is not None:
-                    state.advancing = None
-        for r in results:
-            if r.ok:
-                self._assignment.parts[r.partition].checkpoint = moves[r.partition][1]
-        if all(r.ok for r in results):
+        bad = await self._assignment.advance_checkpoints(window.offsets(), self._dead.lowest_pending())
+        if not bad:
             return True
-        bad = {r.partition: r.previous for r in results if not r.ok}
         log.warning("checkpoints moved under us (partition: Redis holds %s); resynchronising", bad)
         self._resync("checkpoint")
         return False
@@ -492,10 +465,8 @@ class Worker:
         """Did Redis restart since the partitions were positioned (a new connection met another server, or,
         asked after a failure, Redis says so)? Then what it holds may be older than what we believe it holds,
         and only a resynchronisation from its checkpoints keeps the totals exact. Caller holds the lock."""
-        if self._identity.restarted_as is None and self._redis_suspect:
-            with contextlib.suppress(ServerRestarted):
-                self._identity.seen(await self._sink.server_id())
-            self._redis_suspect = False
+        if self._identity.restarted_as is None and self._redis_health.suspect:
+            self._redis_health.answered(await self._sink.server_id())
         return self._resync_if_restarted()
 
     def _resync_if_restarted(self) -> bool:
@@ -507,10 +478,6 @@ class Worker:
         self._sink.forget_registry()
         self._resync("redis_restart")
         return True
-
-    def _expected(self, board: str, partition: int) -> int:
-        state = self._assignment.parts.get(partition)
-        return NO_WATERMARK if state is None else state.watermarks.get(board, NO_WATERMARK)
 
     async def _commit(self, offsets: dict[int, int]) -> None:
         mine = {TopicPartition(self.settings.topic, p): o + 1 for p, o in offsets.items() if o >= 0}

@@ -102,7 +102,7 @@ async def test_a_redis_restart_between_two_flushes_is_noticed_on_the_silent_reco
                 await asyncio.to_thread(server.start)
                 # redis-py drops a dead socket (its retry, its health check) and connects again on next use,
                 # with no error reaching the caller: here, every pooled socket at once
-                await worker._redis.connection_pool.disconnect()  # type: ignore[union-attr]
+                await worker._redis.connection_pool.disconnect()
                 await send_raw(kafka, topic, 1, _events("b", 30, 2))
                 expected = {"a": {f"p{i}": 3 * len(range(i, 50, 9)) for i in range(9)},
                             "b": {f"p{i}": 2 * len(range(i, 30, 9)) for i in range(9)}}  # fmt: skip

@@ -49,7 +49,7 @@ def test_idle_boards_are_forgotten_the_busy_and_the_pending_kept() -> None:
     from ingest.partitions import PartitionState
 
     state = PartitionState(0)
-    state.reset(checkpoint=100, resume=101)
+    state.positioned(checkpoint=100, resume=101)
     state.learned({"idle": 40, "ahead": 150, "looked-up": -1})
     for board in ("idle", "ahead", "looked-up"):
         state.clear.add(board)
@@ -59,6 +59,6 @@ def test_idle_boards_are_forgotten_the_busy_and_the_pending_kept() -> None:
     assert state.forget_idle(pending={"looked-up"}) == 1  # idle goes; looked-up is in a pending window
     assert set(state.watermarks) == {"ahead", "looked-up", "busy"}  # ahead: its watermark still skips records
     assert "idle" not in state.clear and "idle" not in state.fast
-    state.checkpoint = 200
+    state.checkpoint_moved(200)
     assert state.forget_idle(pending=set()) == 3  # nothing seen since: all idle, all below the checkpoint
     assert state.watermarks == {} and state.clear == set() and state.fast == {}

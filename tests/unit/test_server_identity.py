@@ -40,3 +40,16 @@ def test_accept_without_a_restart_changes_nothing() -> None:
     identity.seen("a")
     identity.accept()
     assert identity.known == "a"
+
+
+def test_redis_health_settles_a_suspicion_and_hands_out_a_resync_once() -> None:
+    from ingest.redis_health import RedisHealth
+
+    health = RedisHealth()
+    health.positioned_from("a")
+    health.failed()
+    assert health.suspect and not health.take_resync()
+    health.answered("b")  # asked after the failure: another server
+    assert not health.suspect and health.identity.restarted_as == "b"
+    health.lost_checkpoint()
+    assert health.suspect and health.take_resync() and not health.take_resync()
