@@ -137,7 +137,7 @@ HOLD = Op(0, -MAX_EXACT, MAX_EXACT)
 
 
 class ScriptArgs(NamedTuple):
-    """One player's window as the flush script takes it; every number within +-2 MAX_EXACT. The new score is
+    """One player's window as the flush script takes it; every number within +-(2 MAX_EXACT + 1). The new score is
     ``absent`` for an absent player, else ``min(max((x + d1) + d2, lo), hi)``, added in that order, and then
     held at +-MAX_EXACT (the script counts each hold). Within +-MAX_EXACT every number is exact as a double;
     beyond it a double rounds, but monotonically and never back inside the bound, so a result beyond is held
@@ -158,11 +158,14 @@ def _clip(x: int) -> int:
 def script_args(state: Folded) -> tuple[int, int, int, int, int]:
     """``state`` as (d1, d2, lo, hi, absent), see :class:`ScriptArgs`: what the script evaluates in doubles equals
     :func:`result` for every ``current`` within +-MAX_EXACT. On that domain a d, lo or hi beyond +-2 MAX_EXACT
-    leaves the result beyond the bound either way, so each is clipped there, and d is split into two halves of
-    at most MAX_EXACT each. Runs once per player per flush: kept to a few comparisons (0.8 µs per player)."""
+    leaves the result beyond the bound either way, so each is clipped there (d one further), and d is split into
+    two parts of at most MAX_EXACT and MAX_EXACT + 1. Runs once per player per flush: kept to a few comparisons
+    (0.8 µs per player)."""
     (d, lo, hi), absent = state
     m = MAX_EXACT
-    d = _clip(d)
+    # d is clipped one further out than the rest: from a score at -+MAX_EXACT a d of +-2 MAX_EXACT lands exactly on
+    # the bound, and one more must still land beyond it (the result is held either way; the hold is counted).
+    d = -2 * m - 1 if d < -2 * m - 1 else 2 * m + 1 if d > 2 * m + 1 else d
     d1 = -m if d < -m else m if d > m else d
     lo = -2 * m if lo is None else _clip(lo)
     hi = 2 * m if hi is None else _clip(hi)
