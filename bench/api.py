@@ -66,8 +66,13 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 def summarise(latencies: list[float], seconds: float, errors: int) -> dict[str, Any]:
     latencies.sort()
-    return {"rps": len(latencies) / seconds, "p50": percentile(latencies, 0.50) * 1000,
-            "p99": percentile(latencies, 0.99) * 1000, "n": len(latencies), "errors": errors}  # fmt: skip
+    return {
+        "rps": len(latencies) / seconds,
+        "p50": percentile(latencies, 0.50) * 1000,
+        "p99": percentile(latencies, 0.99) * 1000,
+        "n": len(latencies),
+        "errors": errors,
+    }
 
 
 def targets(question: str, players: int, count: int = 4096) -> list[str]:
@@ -158,8 +163,23 @@ def client_main(args: argparse.Namespace) -> None:
 
 
 def measure(kind: str, target: str, question: str, players: int, concurrency: int, seconds: float) -> dict[str, Any]:
-    command = [sys.executable, "-m", "bench.api", "--client", kind, "--target", target, "--question", question,
-               "--players", str(players), "--concurrency", str(concurrency), "--seconds", str(seconds)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "bench.api",
+        "--client",
+        kind,
+        "--target",
+        target,
+        "--question",
+        question,
+        "--players",
+        str(players),
+        "--concurrency",
+        str(concurrency),
+        "--seconds",
+        str(seconds),
+    ]
     out = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60, check=True)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
@@ -254,8 +274,10 @@ def fill(client: redis.Redis, players: int) -> float:
 def memory(client: redis.Redis, players: int, before: int) -> str:
     usage = int(client.memory_usage(keys.board_key(BOARD), samples=0) or 0)
     used = int(client.info("memory")["used_memory"]) - before
-    return (f"{players:,} players: MEMORY USAGE {usage / players:.1f} B/member, "
-            f"INFO used_memory delta {used / players:.1f} B/member")  # fmt: skip
+    return (
+        f"{players:,} players: MEMORY USAGE {usage / players:.1f} B/member, "
+        f"INFO used_memory delta {used / players:.1f} B/member"
+    )
 
 
 class Flusher(threading.Thread):
@@ -284,8 +306,22 @@ class Flusher(threading.Thread):
 
 def start_api(redis_url: str, log: Path, cache_size: int, http: str = "bounded") -> tuple[ApiProcess, int]:
     port = free_port()
-    command = [sys.executable, "-m", "hotboard.cli", "--log-level", "WARNING", "api", "--redis", redis_url,
-               "--port", str(port), "--cache-size", str(cache_size), "--api-metrics-port", "0"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "hotboard.cli",
+        "--log-level",
+        "WARNING",
+        "api",
+        "--redis",
+        redis_url,
+        "--port",
+        str(port),
+        "--cache-size",
+        str(cache_size),
+        "--api-metrics-port",
+        "0",
+    ]
     env = {**os.environ, "HOTBOARD_API_LOG_LEVEL": "warning", "HOTBOARD_API_HTTP": http}
     child = Child("hotboard api", command, log_path=log, env=env, ready=partial(port_open, port)).start(30)
     assert child.proc is not None
@@ -313,8 +349,10 @@ def row(name: str, api: dict[str, Any], direct: dict[str, Any] | None) -> str:
 
 
 def print_header(first: str, extra: str = "") -> None:
-    print(f"{first:<22}| {'API req/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} "
-          f"| {'redis-py/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} | API/direct{extra}")  # fmt: skip
+    print(
+        f"{first:<22}| {'API req/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} "
+        f"| {'redis-py/s':>9} | {'p50 ms':>6} | {'p99 ms':>6} | API/direct{extra}"
+    )
     print("-" * (100 + len(extra)))
 
 
@@ -329,8 +367,10 @@ def sweep(port: int, args: argparse.Namespace, label: str) -> int:
             results[c] = r
     peak = max(r["rps"] for r in results.values())
     chosen = min(c for c, r in results.items() if r["rps"] >= 0.8 * peak)
-    print(f"  sweep (rank via API{label}, best of 2): " + ", ".join(
-        f"c={c} {results[c]['rps']:,.0f}/s p99 {results[c]['p99']:.2f}ms" for c in levels))  # fmt: skip
+    print(
+        f"  sweep (rank via API{label}, best of 2): "
+        + ", ".join(f"c={c} {results[c]['rps']:,.0f}/s p99 {results[c]['p99']:.2f}ms" for c in levels)
+    )
     print(f"  concurrency {chosen}: the lowest giving >= 80% of the peak {peak:,.0f} req/s")
     return chosen
 
@@ -344,8 +384,9 @@ def sweep_servers(url: str, tmp: Path, args: argparse.Namespace, modes: list[str
         stop(api)
 
 
-def measure_cpu(proc: ApiProcess, port: int, question: str, args: argparse.Namespace,
-                concurrency: int) -> dict[str, Any]:  # fmt: skip
+def measure_cpu(
+    proc: ApiProcess, port: int, question: str, args: argparse.Namespace, concurrency: int
+) -> dict[str, Any]:
     """One cell, plus the API process's CPU time per answered request: far steadier than requests/s on a
     shared machine, since another process's load delays the server but does not make it spend more."""
     before = cpu_ticks(proc.pid)
@@ -365,8 +406,10 @@ def compare_servers(url: str, tmp: Path, args: argparse.Namespace, modes: list[s
             stop(proc)
     direct = {q: measure("direct", url, q, args.players, chosen, args.seconds) for q in QUESTIONS}
     print()
-    print(f"board of {args.players:,} players, concurrency {chosen}, {args.seconds:.0f}s per cell, "
-          f"board changing once per second; servers: {', '.join(modes)}")  # fmt: skip
+    print(
+        f"board of {args.players:,} players, concurrency {chosen}, {args.seconds:.0f}s per cell, "
+        f"board changing once per second; servers: {', '.join(modes)}"
+    )
     print_header("question / server", " | API CPU us/req")
     for q in QUESTIONS:
         for m in modes:
@@ -417,8 +460,10 @@ def run(args: argparse.Namespace) -> None:
             flusher.close()
             errors = sum(r["errors"] for r in [*results.values(), uncached])
             print()
-            print(f"board of {args.players:,} players, concurrency {chosen}, {args.seconds:.0f}s per cell, "
-                  f"board changing once per second")  # fmt: skip
+            print(
+                f"board of {args.players:,} players, concurrency {chosen}, {args.seconds:.0f}s per cell, "
+                f"board changing once per second"
+            )
             print_header("question")
             for q in QUESTIONS:
                 print(row(q, results[q], direct[q]))

@@ -139,11 +139,13 @@ async def bench(url: str, args: argparse.Namespace) -> None:
         for batch in batches:
             for p, off in batch.offsets.items():
                 marks[batch.board, p] = off
-        print(f"  {label}: fold {folded:.2f} s, batches {batched:.2f} s ({len(batches):,}), "
-              f"RSS +{rss1 - rss0:.0f} MiB while pending\n"
-              f"    flush {flushed:.2f} s (goal 0.5 s; {in_redis:.2f} s of it in Redis's scripts)\n"
-              f"    floor, the bare ZINCRBYs alone: {floor:.2f} s ({floor_in_redis:.2f} s in Redis); "
-              f"flush / floor {flushed / floor:.1f}")  # fmt: skip
+        print(
+            f"  {label}: fold {folded:.2f} s, batches {batched:.2f} s ({len(batches):,}), "
+            f"RSS +{rss1 - rss0:.0f} MiB while pending\n"
+            f"    flush {flushed:.2f} s (goal 0.5 s; {in_redis:.2f} s of it in Redis's scripts)\n"
+            f"    floor, the bare ZINCRBYs alone: {floor:.2f} s ({floor_in_redis:.2f} s in Redis); "
+            f"flush / floor {flushed / floor:.1f}"
+        )
         del window, batches, parts
     await redis.hset("hb:ckpt:{bench}", mapping={str(p): 10**9 for p in range(args.partitions)})
     started = time.perf_counter()
@@ -156,8 +158,10 @@ async def bench(url: str, args: argparse.Namespace) -> None:
         for i in range(0, len(mine), 1000):
             await sink.load_watermarks(p, mine[i : i + 1000])
     lookups = time.perf_counter() - started
-    print(f"  positioning after a rebalance: checkpoints {positions * 1000:.1f} ms (one HMGET, whatever the boards); "
-          f"then lazy watermark lookups of all {args.boards:,} boards {lookups:.2f} s (goal 1 s)")  # fmt: skip
+    print(
+        f"  positioning after a rebalance: checkpoints {positions * 1000:.1f} ms (one HMGET, whatever the boards); "
+        f"then lazy watermark lookups of all {args.boards:,} boards {lookups:.2f} s (goal 1 s)"
+    )
     started = time.perf_counter()
     page, _ = await board_store.readable_page(redis, "guild-5", 100)
     print(f"  GET /v1/boards page of {len(page)}: {(time.perf_counter() - started) * 1000:.1f} ms")

@@ -92,8 +92,9 @@ def batches(evs: list[Event], first_offset: dict[int, int]) -> list[dict[TopicPa
             value = encode(e)
             offset = first_offset[p]
             first_offset[p] += 1
-            record = ConsumerRecord(TOPIC, p, offset, TS_MS, 0, e.player.encode(), value, None, len(e.player),
-                                    len(value), ())  # fmt: skip
+            record = ConsumerRecord(
+                TOPIC, p, offset, TS_MS, 0, e.player.encode(), value, None, len(e.player), len(value), ()
+            )
             batch.setdefault(TopicPartition(TOPIC, p), []).append(record)
         out.append(batch)
     return out
@@ -132,8 +133,7 @@ def intake(case: str) -> Intake:
     assignment.add([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
     for p in range(PARTITIONS):
         assignment.parts[p].positioned(NO_WATERMARK, 0)
-    return Intake(settings, consumer, assignment, Pending(), sink, metrics, asyncio.Event(), Backoff(),
-                  RedisHealth())  # fmt: skip
+    return Intake(settings, consumer, assignment, Pending(), sink, metrics, asyncio.Event(), Backoff(), RedisHealth())
 
 
 def run_sync(coro: Coroutine[Any, Any, None]) -> None:
@@ -219,9 +219,21 @@ def count_instructions(case: str, count: int) -> tuple[float, int]:
     """(instructions per event, events folded) of ``case`` under callgrind."""
     with tempfile.TemporaryDirectory(prefix="fold-cost-") as tmp:
         out = Path(tmp) / "callgrind.out"
-        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
-               f"--callgrind-out-file={out}", sys.executable, "-m", "bench.fold_cost", "--inner", "--case", case,
-               "--events", str(count)]  # fmt: skip
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--collect-atstart=no",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-m",
+            "bench.fold_cost",
+            "--inner",
+            "--case",
+            case,
+            "--events",
+            str(count),
+        ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
         if proc.returncode != 0:
@@ -238,8 +250,13 @@ def figures(events: int, pairs: int) -> list[str]:
     for case in CASES:
         per_event, _ = count_instructions(case, events)
         lines.append(f"  instructions per event, {case} ({CASE_NAMES[case]}): {per_event:,.0f}")
-    memory = subprocess.run([sys.executable, "-m", "bench.fold_cost", "--memory", str(pairs)], capture_output=True,
-                            text=True, timeout=600, check=True)  # fmt: skip
+    memory = subprocess.run(
+        [sys.executable, "-m", "bench.fold_cost", "--memory", str(pairs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     lines.append(f"  {memory.stdout.strip()} (python -m bench.fold_cost --memory {pairs})")
     return lines
 
@@ -253,8 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.memory:
         entries, rss = pending_memory(args.memory)
-        print(f"pending memory: {entries:,} board-player pairs pending, RSS +{rss / 2**20:,.0f} MiB = "
-              f"{rss / 2**20 / (entries / 1e6):,.0f} MiB per million pairs")  # fmt: skip
+        print(
+            f"pending memory: {entries:,} board-player pairs pending, RSS +{rss / 2**20:,.0f} MiB = "
+            f"{rss / 2**20 / (entries / 1e6):,.0f} MiB per million pairs"
+        )
         return 0
     cases = args.case or list(CASES)
     if args.inner:
@@ -262,8 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for case in cases:
         per_event, folded = count_instructions(case, args.events)
-        print(f"fold instructions per event ({case}, {args.events:,} events, callgrind): {per_event:,.0f}"
-              f" ({folded:,} folded)")  # fmt: skip
+        print(
+            f"fold instructions per event ({case}, {args.events:,} events, callgrind): {per_event:,.0f}"
+            f" ({folded:,} folded)"
+        )
     return 0
 
 

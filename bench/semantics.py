@@ -90,8 +90,10 @@ async def bench(url: str, args: argparse.Namespace) -> int:
         for name, definition in VARIANTS.items():
             best[name] = max(best[name], await run_variant(url, definition, args, round_no))
     plain = best["incr (plain)"]
-    print(f"flush rate, {args.players:,} players per window x {args.windows} windows, "
-          f"{args.script_players} players per script, best of {args.rounds} rounds")  # fmt: skip
+    print(
+        f"flush rate, {args.players:,} players per window x {args.windows} windows, "
+        f"{args.script_players} players per script, best of {args.rounds} rounds"
+    )
     print(f"{'board':<18} {'players/s':>12} {'÷ incr':>8}")
     for name, rate in best.items():
         ratio = rate / plain

@@ -129,8 +129,10 @@ async def run(args: argparse.Namespace) -> None:
         redis = Redis.from_url(server.url, socket_timeout=120, max_connections=1)
         try:
             info = await redis.info("server")
-            print(f"hotboard ties read benchmark: Redis {info['redis_version']}, {os.cpu_count()} CPUs, "
-                  f"Python {sys.version.split()[0]}")  # fmt: skip
+            print(
+                f"hotboard ties read benchmark: Redis {info['redis_version']}, {os.cpu_count()} CPUs, "
+                f"Python {sys.version.split()[0]}"
+            )
             scores = scores_of(args.players, args.tied)
             for ties in VARIANTS:
                 took = await build(redis, ties, ties, scores)
@@ -149,10 +151,14 @@ async def run(args: argparse.Namespace) -> None:
             await redis.aclose()
             server.stop()
     print()
-    print(f"board of {args.players:,} players, {args.tied:.0%} on one score; 1 connection, sequential script calls "
-          f"(Snapshots), median of {args.rounds} x {args.seconds:g}s per cell")  # fmt: skip
-    print(f"{'question':<10} | {'ties':<8} | {'req/s':>8} | {'p50 ms':>6} | {'p99 ms':>6} | {'x lexical':>9} | "
-          f"{'Redis us/call':>13} | {'x lexical':>9}")  # fmt: skip
+    print(
+        f"board of {args.players:,} players, {args.tied:.0%} on one score; 1 connection, sequential script calls "
+        f"(Snapshots), median of {args.rounds} x {args.seconds:g}s per cell"
+    )
+    print(
+        f"{'question':<10} | {'ties':<8} | {'req/s':>8} | {'p50 ms':>6} | {'p99 ms':>6} | {'x lexical':>9} | "
+        f"{'Redis us/call':>13} | {'x lexical':>9}"
+    )
     print("-" * 90)
     for question in QUESTIONS:
         median = {t: statistics.median(c.rps for c in rounds[(question, t)]) for t in VARIANTS}
@@ -161,9 +167,11 @@ async def run(args: argparse.Namespace) -> None:
             cells = rounds[(question, ties)]
             p50 = statistics.median(c.p50_ms for c in cells)
             p99 = statistics.median(c.p99_ms for c in cells)
-            print(f"{question:<10} | {ties:<8} | {median[ties]:>8,.0f} | {p50:>6.3f} | {p99:>6.3f} | "
-                  f"{median[ties] / median['lexical']:>9.2f} | {server_us[ties]:>13.1f} | "
-                  f"{server_us['lexical'] / server_us[ties]:>9.2f}")  # fmt: skip
+            print(
+                f"{question:<10} | {ties:<8} | {median[ties]:>8,.0f} | {p50:>6.3f} | {p99:>6.3f} | "
+                f"{median[ties] / median['lexical']:>9.2f} | {server_us[ties]:>13.1f} | "
+                f"{server_us['lexical'] / server_us[ties]:>9.2f}"
+            )
     print("goal: every fair variant >= 0.70 x lexical (both ratios: rate / lexical's, lexical's us / its us)")
 
 

@@ -630,9 +630,14 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
     decoded = max((c.rate for c in decoding), default=0.0)
     if decoded:
         rows.append(
-            ("1b. worker end to end vs aiokafka + orjson.loads (events/s)", fmt_rate(wrate), fmt_rate(decoded),
-             f"{wrate / decoded:.2f}", ""),
-        )  # fmt: skip
+            (
+                "1b. worker end to end vs aiokafka + orjson.loads (events/s)",
+                fmt_rate(wrate),
+                fmt_rate(decoded),
+                f"{wrate / decoded:.2f}",
+                "",
+            ),
+        )
     if flushes:
         fl = statistics.median(100_000 / f.seconds for f in flushes)
         ref = statistics.median(rb)

@@ -69,8 +69,11 @@ class BoardDef:
     earliest: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("order", self.order, ORDERS), ("operator", self.operator, OPERATORS),
-                                     ("ties", self.ties, TIES)):  # fmt: skip
+        for name, value, allowed in (
+            ("order", self.order, ORDERS),
+            ("operator", self.operator, OPERATORS),
+            ("ties", self.ties, TIES),
+        ):
             if value not in allowed:
                 raise DefinitionError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         try:
@@ -112,8 +115,14 @@ class BoardDef:
         return self.order == "desc" and not self.earliest
 
     def as_dict(self) -> dict[str, str | int]:
-        return {"order": self.order, "operator": self.operator, "ties": self.ties, "reset": self.reset,
-                "keep": self.keep, "grace_ms": self.grace_ms}  # fmt: skip
+        return {
+            "order": self.order,
+            "operator": self.operator,
+            "ties": self.ties,
+            "reset": self.reset,
+            "keep": self.keep,
+            "grace_ms": self.grace_ms,
+        }
 
 
 DEFAULT = BoardDef()
@@ -151,8 +160,10 @@ def from_hash(fields: Mapping[bytes, bytes] | Mapping[str, str]) -> BoardDef:
     if not fields:
         return DEFAULT
     try:
-        text = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-                for k, v in fields.items()}  # fmt: skip
+        text = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in fields.items()
+        }
     except UnicodeDecodeError as exc:
         raise DefinitionError(f"stored definition is not UTF-8 ({exc.object[:40]!r})") from None
     spec = text.get("spec")

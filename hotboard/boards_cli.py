@@ -59,8 +59,12 @@ def add_parser(sub: Any, settings: type[BaseSettings]) -> None:
     create.add_argument("--order", choices=ORDERS, default=DEFAULT.order, help=order_help)
     create.add_argument("--operator", choices=OPERATORS, default=DEFAULT.operator, help="default incr")
     create.add_argument("--ties", choices=TIES, default=DEFAULT.ties, help="default shared")
-    create.add_argument("--reset", default=DEFAULT.reset, help="seasons: never (default), hourly, daily, weekly "
-                        "(ISO, Monday 00:00), monthly or a 5-field cron expression, all UTC")  # fmt: skip
+    create.add_argument(
+        "--reset",
+        default=DEFAULT.reset,
+        help="seasons: never (default), hourly, daily, weekly "
+        "(ISO, Monday 00:00), monthly or a 5-field cron expression, all UTC",
+    )
     keep, grace = b.DEFAULT_KEEP, b.DEFAULT_GRACE_MS
     create.add_argument("--keep", type=int, default=keep, help=f"closed periods kept queryable (default {keep})")
     grace_help = f"late events still count this long after their period closes (default {grace})"
@@ -111,8 +115,14 @@ async def _create(redis: Redis, args: argparse.Namespace) -> int:
     definition = BoardDef(args.order, args.operator, args.ties, args.reset, args.keep, args.grace_ms)
     done = await board_store.declare(redis, args.name, definition)
     if args.json:
-        _print_json({"board": args.name, "outcome": done.outcome, **_definition(done.definition),
-                     "previous": done.previous.spec})  # fmt: skip
+        _print_json(
+            {
+                "board": args.name,
+                "outcome": done.outcome,
+                **_definition(done.definition),
+                "previous": done.previous.spec,
+            }
+        )
     elif done.outcome == "replaced":
         _out(f"replaced {args.name}: {done.definition.spec} (was {done.previous.spec})")
     else:
@@ -155,14 +165,18 @@ async def _show(redis: Redis, args: argparse.Namespace) -> int:
         pipe.exists(keys.board_key(board), keys.meta_key(board))
         stored, size, (version, as_of), written = await pipe.execute()
     if not stored and not written:
-        raise Refused(f"no board {board!r}: not declared and never written (see hotboard boards list)",
-                      EXIT_NOT_FOUND)  # fmt: skip
+        raise Refused(f"no board {board!r}: not declared and never written (see hotboard boards list)", EXIT_NOT_FOUND)
     definition = from_hash(stored)
     created = stored.get(b"created")
     info: dict[str, Any] = {
-        "board": board, **_definition(definition), "declared": bool(stored),
-        "created": _int(created), "size": int(size), "version": _int(version), "as_of": _int(as_of),
-    }  # fmt: skip
+        "board": board,
+        **_definition(definition),
+        "declared": bool(stored),
+        "created": _int(created),
+        "size": int(size),
+        "version": _int(version),
+        "as_of": _int(as_of),
+    }
     if args.json:
         _print_json(info)
     else:

@@ -88,9 +88,12 @@ def _wait_for_signal() -> None:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     with DevStack(
-        kafka_port=args.kafka_port, redis_port=args.redis_port, topic=args.topic, partitions=args.partitions,
+        kafka_port=args.kafka_port,
+        redis_port=args.redis_port,
+        topic=args.topic,
+        partitions=args.partitions,
         data_dir=args.data_dir,
-    ) as stack:  # fmt: skip
+    ) as stack:
         print(f"kafka  {stack.kafka.bootstrap}   (topic {stack.topic}, {stack.partitions} partitions)")
         print(f"redis  {stack.redis.url}")
         print(f"export HOTBOARD_KAFKA={stack.kafka.bootstrap} HOTBOARD_REDIS={stack.redis.url}")
@@ -135,8 +138,12 @@ def _demo_parser(sub: Any) -> None:
     p.add_argument("--redis-port", type=int, default=16379)
     p.add_argument("--api-port", type=int, default=8000)
     metrics_port = WorkerSettings.model_fields["metrics_port"].default
-    p.add_argument("--metrics-port", type=int, default=metrics_port,
-                   help="first worker's; the second gets +1, the API's /metrics +2")  # fmt: skip
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=metrics_port,
+        help="first worker's; the second gets +1, the API's /metrics +2",
+    )
     p.add_argument("--rate", type=float, default=2000.0)
     p.add_argument("--players", type=int, default=10_000)
     p.add_argument("--boards", type=int, default=3)
@@ -144,14 +151,21 @@ def _demo_parser(sub: Any) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    for port, what in ((args.api_port, "the API (--api-port)"), (args.metrics_port, "metrics (--metrics-port)"),
-                       (args.metrics_port + 1, "metrics (--metrics-port)"),
-                       (args.metrics_port + 2, "metrics (--metrics-port)")):  # fmt: skip
+    for port, what in (
+        (args.api_port, "the API (--api-port)"),
+        (args.metrics_port, "metrics (--metrics-port)"),
+        (args.metrics_port + 1, "metrics (--metrics-port)"),
+        (args.metrics_port + 2, "metrics (--metrics-port)"),
+    ):
         require_free(port, what)
     children: list[Child] = []
     with DevStack(kafka_port=args.kafka_port, redis_port=args.redis_port, partitions=8) as stack:
-        env = {**os.environ, "HOTBOARD_KAFKA": stack.kafka.bootstrap, "HOTBOARD_REDIS": stack.redis.url,
-               "HOTBOARD_SESSION_TIMEOUT_MS": "6000"}  # fmt: skip
+        env = {
+            **os.environ,
+            "HOTBOARD_KAFKA": stack.kafka.bootstrap,
+            "HOTBOARD_REDIS": stack.redis.url,
+            "HOTBOARD_SESSION_TIMEOUT_MS": "6000",
+        }
         me = [sys.executable, "-m", "hotboard.cli"]
 
         def start(name: str, command: list[str], ready: Callable[[], bool] | None = None) -> None:
@@ -168,8 +182,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 api = ["api", "--port", str(args.api_port), "--api-metrics-port", str(args.metrics_port + 2)]
                 start("the API", api, partial(url_answers, api_url))
             count = int(args.rate * args.duration_s) if args.duration_s else 10**9
-            start("the producer", ["produce", "--rate", str(args.rate), "--count", str(count), "--players",
-                                   str(args.players), "--boards", str(args.boards)])  # fmt: skip
+            start(
+                "the producer",
+                [
+                    "produce",
+                    "--rate",
+                    str(args.rate),
+                    "--count",
+                    str(count),
+                    "--players",
+                    str(args.players),
+                    "--boards",
+                    str(args.boards),
+                ],
+            )
             print(
                 f"\nhotboard demo running: {args.rate:.0f} events/s for {args.players} players on {args.boards} boards"
             )

@@ -26,8 +26,17 @@ from aiokafka.errors import TopicAlreadyExistsError
 
 from hotboard.process import LOOPBACK, Child, StartError, free_port, port_open, stop_process
 
-__all__ = ["LOOPBACK", "DevStack", "KafkaBroker", "RedisServer", "StackError", "free_port", "port_open",
-           "require_free", "stop_process"]  # fmt: skip
+__all__ = [
+    "LOOPBACK",
+    "DevStack",
+    "KafkaBroker",
+    "RedisServer",
+    "StackError",
+    "free_port",
+    "port_open",
+    "require_free",
+    "stop_process",
+]
 
 #: A dev-stack component could not start (port taken, binary missing, exited, not ready in time).
 StackError = StartError
@@ -121,18 +130,27 @@ class RedisServer(_Process):
     def command(self) -> list[str]:
         return [
             redis_server_binary(),
-            "--port", str(self.port),
-            "--bind", LOOPBACK,
-            "--protected-mode", "yes",
-            "--dir", str(self.data_dir),
-            "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "everysec",
-            "--daemonize", "no",
+            "--port",
+            str(self.port),
+            "--bind",
+            LOOPBACK,
+            "--protected-mode",
+            "yes",
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "everysec",
+            "--daemonize",
+            "no",
             # keys are never evicted: the worker refuses to run on a Redis that would (flusher/server.py)
-            "--maxmemory-policy", "noeviction",
+            "--maxmemory-policy",
+            "noeviction",
             *self.options,
-        ]  # fmt: skip
+        ]
 
     def ready(self) -> bool:
         try:

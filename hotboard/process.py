@@ -60,9 +60,13 @@ def spawn(
         )
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            command,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=new_session,
-        )  # fmt: skip
+        )
 
 
 def wait_ready(

@@ -202,8 +202,12 @@ class Assignment:
                 if lifted is None or p not in self._parts:
                     continue  # the halt changed meanwhile (or the partition went): position it again
                 checkpoint = None if lifted == NO_WATERMARK else lifted
-                log.warning("partition %d: the checkpoint was written since its halt (%s); resuming%s", p,
-                            recorded[0], " in a new log epoch" if new_log else "")  # fmt: skip
+                log.warning(
+                    "partition %d: the checkpoint was written since its halt (%s); resuming%s",
+                    p,
+                    recorded[0],
+                    " in a new log epoch" if new_log else "",
+                )
             self._position_one(p, tp, checkpoint, committed.get(p), starts[tp])
         await self.record_halts()
         self.update_halts()

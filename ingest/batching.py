@@ -57,9 +57,13 @@ def merge(parts: dict[int, PartitionFold], max_players: int) -> tuple[list[Board
 
 
 def _add(
-    out: list[BoardBatch], open_batch: dict[str, BoardBatch], share: BoardBatch, partition: int, offset: int,
+    out: list[BoardBatch],
+    open_batch: dict[str, BoardBatch],
+    share: BoardBatch,
+    partition: int,
+    offset: int,
     max_players: int,
-) -> None:  # fmt: skip
+) -> None:
     """One partition's share of a board, in any form: merged into the board's open batch, or a new one."""
     board = share.board
     batch = open_batch.get(board)

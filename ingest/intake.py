@@ -162,8 +162,12 @@ class Intake:
                         # emptied Redis answers "no watermark" for a board it applied. Resynchronise first.
                         self._assignment.seek_back(state)
                         self._redis_health.lost_checkpoint()
-                        log.warning("partition %d: checkpoint %d in Redis, %d expected; resynchronising",
-                                    tp.partition, checkpoint, state.checkpoint)  # fmt: skip
+                        log.warning(
+                            "partition %d: checkpoint %d in Redis, %d expected; resynchronising",
+                            tp.partition,
+                            checkpoint,
+                            state.checkpoint,
+                        )
                         return out
                     state.learned(marks)
                 fold = self._pending.active.fold_for(tp.partition)  # may have been sealed
@@ -254,5 +258,6 @@ class Intake:
         fold.last_offset = record.offset
         state.folded_to(record.offset)
         self._metrics.events.labels("invalid").inc()
-        log.warning("partition %d offset %d has a header name that is not UTF-8; dead-lettered", tp.partition,
-                    record.offset)  # fmt: skip
+        log.warning(
+            "partition %d offset %d has a header name that is not UTF-8; dead-lettered", tp.partition, record.offset
+        )

@@ -99,7 +99,7 @@ class PartitionState:
         "next_offset",
         "partition",
         "watermarks",
-    )  # fmt: skip
+    )
 
     def __init__(self, partition: int) -> None:
         self.partition = partition

@@ -45,8 +45,11 @@ def route(
         written = record.timestamp if record.timestamp is not None else -1
         ts = fields[TS] if fields[TS] is not None else written
         if ts < 0:
-            out.append(InvalidEvent(Reason.MISSING_FIELD, "ts is required on a seasonal board when the record has "
-                                    "no timestamp"))  # fmt: skip
+            out.append(
+                InvalidEvent(
+                    Reason.MISSING_FIELD, "ts is required on a seasonal board when the record has no timestamp"
+                )
+            )
             continue
         hit = last.get(fields[0])
         if hit is not None and hit[0].start_ms <= ts < hit[0].end_ms:
@@ -62,8 +65,12 @@ def route(
             last[fields[0]] = (period, expires, name)
         if written >= 0 and period.start_ms - written > period.end_ms - period.start_ms:
             # more than a period ahead of the record: a period nobody reads, kept until expires (maybe 2126)
-            out.append(InvalidEvent(Reason.OUT_OF_RANGE, f"event time {ts} is more than a period past the "
-                                    f"record timestamp {written} (expiry {expires})"))  # fmt: skip
+            out.append(
+                InvalidEvent(
+                    Reason.OUT_OF_RANGE,
+                    f"event time {ts} is more than a period past the record timestamp {written} (expiry {expires})",
+                )
+            )
             continue
         if is_late(period, written, definition.grace_ms):
             why = f"event time {ts} is in period {period.id}, closed at {period.end_ms} (+{definition.grace_ms} ms)"

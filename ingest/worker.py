@@ -101,9 +101,11 @@ class Worker:
         self._owns_redis = redis is None
         if redis is None:
             redis = Redis.from_url(
-                s.redis, socket_timeout=s.redis_timeout_s, socket_connect_timeout=s.redis_timeout_s,
+                s.redis,
+                socket_timeout=s.redis_timeout_s,
+                socket_connect_timeout=s.redis_timeout_s,
                 redis_connect_func=self._identity.on_connect,
-            )  # fmt: skip
+            )
         else:
             redis.connection_pool.connection_kwargs["redis_connect_func"] = self._identity.on_connect
         self._redis = redis
@@ -112,9 +114,16 @@ class Worker:
         self._producer = AIOKafkaProducer(**producer_config(s))
         self._assignment = Assignment(s, self._consumer, self._sink, self.metrics)
         self._intake = Intake(
-            s, self._consumer, self._assignment, self._pending, self._sink, self.metrics, self._stopping,
-            self._backoff, self._redis_health,
-        )  # fmt: skip
+            s,
+            self._consumer,
+            self._assignment,
+            self._pending,
+            self._sink,
+            self.metrics,
+            self._stopping,
+            self._backoff,
+            self._redis_health,
+        )
         self._dead = dlq.DeadLetters(self._producer, s.dlq, s.dlq_max_bytes, s.dlq_send_timeout_s)
         self._heartbeat = time.monotonic()
         self._flusher: asyncio.Task[None] | None = None
@@ -165,9 +174,13 @@ class Worker:
             self._consumer.subscribe([s.topic], listener=_Listener(self))
             if s.metrics_port:
                 server = serve_ops(
-                    s.metrics_host, s.metrics_port, self.metrics.registry, lambda: self.ready, lambda: self.alive,
+                    s.metrics_host,
+                    s.metrics_port,
+                    self.metrics.registry,
+                    lambda: self.ready,
+                    lambda: self.alive,
                     s.ops_timeout_s,
-                )  # fmt: skip
+                )
                 self._stack.callback(server.server_close)
                 self._stack.callback(server.shutdown)
             if self._handle_signals:
@@ -314,8 +327,11 @@ class Worker:
             self.metrics.backpressure_paused.set(1)
             log.warning(
                 "backpressure: %d entries and %d dead-letter bytes pending (limit %d); fetching paused until "
-                "flushes land", pending, dead_bytes, limit,
-            )  # fmt: skip
+                "flushes land",
+                pending,
+                dead_bytes,
+                limit,
+            )
         elif paused and pending < limit // 2 and dead_bytes < byte_limit // 2:
             self._assignment.release(self._assignment.partitions, PauseReason.BACKPRESSURE)
             self.metrics.backpressure_paused.set(0)
@@ -472,8 +488,12 @@ class Worker:
     def _resync_if_restarted(self) -> bool:
         if self._identity.restarted_as is None:
             return False
-        log.warning("redis restarted (run_id %s -> %s); resynchronising %s", self._identity.known,
-                    self._identity.restarted_as, self.assigned)  # fmt: skip
+        log.warning(
+            "redis restarted (run_id %s -> %s); resynchronising %s",
+            self._identity.known,
+            self._identity.restarted_as,
+            self.assigned,
+        )
         self._identity.accept()
         self._sink.forget_registry()
         self._resync("redis_restart")

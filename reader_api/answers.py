@@ -24,21 +24,44 @@ class Schema:
 #: ±inf) a score is no longer exact and answers saturated at these bounds, so every stored score has one
 #: JSON integer answer that any client (a JavaScript number too) holds exactly.
 MAX_SCORE = MAX_EXACT
-Score = Annotated[int, Schema(minimum=-MAX_SCORE, maximum=MAX_SCORE, description="Exact integer total; a stored "
-                  "score beyond ±(2^53 - 1) answers saturated at that bound")]  # fmt: skip
-Rank = Annotated[int, Schema(minimum=1, description="1-based, best first by the board's order (highest first on "
-                 "desc boards, lowest first on asc). Equal scores by the board's ties: shared 1, 2, 2, 4 (the "
-                 "default); dense 1, 2, 2, 3; earliest: distinct, who reached the score first ranks higher; lexical: "
-                 "distinct, in Redis's order of the ids")]  # fmt: skip
+Score = Annotated[
+    int,
+    Schema(
+        minimum=-MAX_SCORE,
+        maximum=MAX_SCORE,
+        description="Exact integer total; a stored score beyond ±(2^53 - 1) answers saturated at that bound",
+    ),
+]
+Rank = Annotated[
+    int,
+    Schema(
+        minimum=1,
+        description="1-based, best first by the board's order (highest first on "
+        "desc boards, lowest first on asc). Equal scores by the board's ties: shared 1, 2, 2, 4 (the "
+        "default); dense 1, 2, 2, 3; earliest: distinct, who reached the score first ranks higher; lexical: "
+        "distinct, in Redis's order of the ids",
+    ),
+]
 Total = Annotated[int, Schema(minimum=0, description="Players on the board")]
-Meta = Annotated[dict[str, Any] | None, Schema(description="The player's display metadata (a JSON object of at most "
-                 "512 bytes, last write wins); null when never set")]  # fmt: skip
+Meta = Annotated[
+    dict[str, Any] | None,
+    Schema(
+        description="The player's display metadata (a JSON object of at most "
+        "512 bytes, last write wins); null when never set"
+    ),
+]
 Version = Annotated[int | None, Schema(minimum=0, description="Bumped once per window applied; null if never flushed")]
-AsOf = Annotated[int | None, Schema(description="Milliseconds since the epoch of the last window applied to the "
-                 "board; null if never flushed")]  # fmt: skip
+AsOf = Annotated[
+    int | None,
+    Schema(description="Milliseconds since the epoch of the last window applied to the board; null if never flushed"),
+]
 #: Present only on the answers of a board that resets (seasons): the period answered.
-PeriodId = Annotated[str, Schema(description="The period answered (boards that reset only), e.g. 2026-W49; see "
-                     "GET /v1/boards/{board}/periods")]  # fmt: skip
+PeriodId = Annotated[
+    str,
+    Schema(
+        description="The period answered (boards that reset only), e.g. 2026-W49; see GET /v1/boards/{board}/periods"
+    ),
+]
 
 
 class Entry(TypedDict):
@@ -116,8 +139,13 @@ class BoardInfo(BoardSummary):
 
 
 class PeriodSummary(TypedDict):
-    id: Annotated[str, Schema(description="Period id: 2026-12-01T07 (hourly), 2026-12-01 (daily), 2026-W49 (ISO "
-                              "week), 2026-12 (monthly), 20261201T0700Z (cron: the period's start)")]  # fmt: skip
+    id: Annotated[
+        str,
+        Schema(
+            description="Period id: 2026-12-01T07 (hourly), 2026-12-01 (daily), 2026-W49 (ISO "
+            "week), 2026-12 (monthly), 20261201T0700Z (cron: the period's start)"
+        ),
+    ]
     start_ms: Annotated[int, Schema(description="Start (inclusive), ms since the epoch, UTC")]
     end_ms: Annotated[int, Schema(description="End (exclusive), ms since the epoch, UTC")]
     size: Total
@@ -129,9 +157,14 @@ class PeriodList(TypedDict):
     reset: Annotated[str, Schema(description="hourly, daily, weekly, monthly or a cron expression (UTC)")]
     keep: Annotated[int, Schema(minimum=0, description="Closed periods kept queryable")]
     grace_ms: Annotated[int, Schema(minimum=0, description="How long after a period closes its late events count")]
-    periods: Annotated[list[PeriodSummary], Schema(description="The current and kept closed periods that exist "
-                                                   "(a period exists once its first window was applied), newest "
-                                                   "first")]  # fmt: skip
+    periods: Annotated[
+        list[PeriodSummary],
+        Schema(
+            description="The current and kept closed periods that exist "
+            "(a period exists once its first window was applied), newest "
+            "first"
+        ),
+    ]
 
 
 class ErrorBody(TypedDict):

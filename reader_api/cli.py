@@ -27,14 +27,21 @@ def add_parser(sub: Any) -> None:
 def uvicorn_options(settings: ApiSettings) -> dict[str, Any]:
     """The server setup: ``api_http=httptools`` reproduces the stock setup the benchmark compares against."""
     common: dict[str, Any] = {
-        "host": settings.api_host, "port": settings.api_port, "loop": "uvloop", "access_log": False,
-        "log_level": settings.api_log_level, "server_header": False,
-    }  # fmt: skip
+        "host": settings.api_host,
+        "port": settings.api_port,
+        "loop": "uvloop",
+        "access_log": False,
+        "log_level": settings.api_log_level,
+        "server_header": False,
+    }
     if settings.api_http == "httptools":
         return {**common, "http": "httptools"}
     # No proxy is assumed in front, so no X-Forwarded-* header is trusted (uvicorn trusts them from loopback).
-    bounds: dict[str, Any] = {"limit_concurrency": settings.api_max_connections + 1,  # uvicorn counts the new one
-                              "timeout_keep_alive": settings.api_keep_alive_s, "proxy_headers": False}  # fmt: skip
+    bounds: dict[str, Any] = {
+        "limit_concurrency": settings.api_max_connections + 1,  # uvicorn counts the new one
+        "timeout_keep_alive": settings.api_keep_alive_s,
+        "proxy_headers": False,
+    }
     if settings.api_http == "h11":
         head = settings.api_max_request_line_bytes + settings.api_max_header_bytes
         return {**common, **bounds, "http": "h11", "h11_max_incomplete_event_size": head}

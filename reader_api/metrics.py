@@ -24,9 +24,12 @@ class ApiMetrics:
             "hotboard_api_requests", "HTTP requests answered", ["route", "method", "status"], registry=self.registry
         )
         self.seconds = Histogram(
-            "hotboard_api_request_seconds", "Time to answer a request", ["route"], buckets=BUCKETS,
+            "hotboard_api_request_seconds",
+            "Time to answer a request",
+            ["route"],
+            buckets=BUCKETS,
             registry=self.registry,
-        )  # fmt: skip
+        )
         self.cache = Counter("hotboard_api_cache", "Top-page cache lookups", ["result"], registry=self.registry)
         self.cache_hit = self.cache.labels(result="hit")
         self.cache_miss = self.cache.labels(result="miss")

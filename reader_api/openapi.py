@@ -26,17 +26,21 @@ _INT_DOCS = {
 }
 _PATH_PARAMS: dict[str, dict[str, Any]] = {
     "board": {
-        "name": "board", "in": "path", "required": True,
+        "name": "board",
+        "in": "path",
+        "required": True,
         "description": "Board name: 1-64 characters of A-Z a-z 0-9 _ . : - (percent-encoding accepted)",
         "schema": {"type": "string", "pattern": f"^{BOARD_RE.pattern}$"},
     },
     "player": {
-        "name": "player", "in": "path", "required": True,
+        "name": "player",
+        "in": "path",
+        "required": True,
         "description": f"Player id: 1-{PLAYER_MAX_CHARS} characters, no control characters; percent-encode "
         "reserved ones (`/` as %2F)",
         "schema": {"type": "string", "pattern": f"^[^\\u0000-\\u001f\\u007f-\\u009f]{{1,{PLAYER_MAX_CHARS}}}$"},
     },
-}  # fmt: skip
+}
 
 
 def _int_param(name: str) -> dict[str, Any]:
@@ -48,18 +52,22 @@ def _int_param(name: str) -> dict[str, Any]:
 
 
 _AFTER = {
-    "name": "after", "in": "query", "required": False,
+    "name": "after",
+    "in": "query",
+    "required": False,
     "description": "List the boards after this name (exclusive): the `next` of the previous page",
     "schema": {"type": "string", "pattern": f"^{BOARD_RE.pattern}$"},
-}  # fmt: skip
+}
 _PERIOD = {
-    "name": "period", "in": "query", "required": False,
+    "name": "period",
+    "in": "query",
+    "required": False,
     "description": "Boards that reset only: `current` (the default, from the API's clock), `previous`, or a period "
     "id (2026-12-01T07 hourly, 2026-12-01 daily, 2026-W49 weekly, 2026-12 monthly, 20261201T0700Z cron). A period "
     "not kept or not started is a 404 naming the kept ones; a malformed id, or anything but `current` on a board "
     "that never resets, a 422",
     "schema": {"type": "string", "minLength": 1, "maxLength": MAX_PERIOD_CHARS},
-}  # fmt: skip
+}
 _ID = f"[^,\\u0000-\\u001f\\u007f-\\u009f]{{1,{PLAYER_MAX_CHARS}}}"
 #: Worst-case bytes per character in a query (a 4-byte UTF-8 character, percent-encoded) and room for the rest
 #: of the request line, so any ``ids`` value within ``maxLength`` fits the server's request-line limit.
@@ -70,11 +78,13 @@ def _ids(max_request_line_bytes: int) -> dict[str, Any]:
     """The validator's rule as a schema: 1 to MAX_IDS ids joined by commas, each a valid player id."""
     max_chars = (max_request_line_bytes - _LINE_OVERHEAD) // _ENCODED_CHAR_BYTES
     return {
-        "name": "ids", "in": "query", "required": True,
+        "name": "ids",
+        "in": "query",
+        "required": True,
         "description": f"Comma-separated player ids, at most {MAX_IDS} (duplicates count, and are answered once). "
         f"Any value up to {max_chars} characters fits the request-line limit; a longer one may get 414",
         "schema": {"type": "string", "pattern": f"^{_ID}(,{_ID}){{0,{MAX_IDS - 1}}}$", "maxLength": max_chars},
-    }  # fmt: skip
+    }
 
 
 _SCALARS: dict[Any, str] = {int: "integer", str: "string", bool: "boolean"}
@@ -114,8 +124,12 @@ def schemas(answers: list[type]) -> dict[str, dict[str, Any]]:
                 hints = get_type_hints(tp, include_extras=True)
                 required = [name for name, hint in hints.items() if get_origin(hint) is not NotRequired]
                 properties = {name: of(hint) for name, hint in hints.items()}
-                found[tp.__name__] = {"type": "object", "title": tp.__name__, "properties": properties,
-                                      "required": required}  # fmt: skip
+                found[tp.__name__] = {
+                    "type": "object",
+                    "title": tp.__name__,
+                    "properties": properties,
+                    "required": required,
+                }
             return {"$ref": REF.format(model=tp.__name__)}
         if origin is dict:
             return {"type": "object"}
@@ -145,8 +159,9 @@ def _operation(endpoint: Endpoint, max_request_line_bytes: int) -> dict[str, Any
     doc = endpoint.doc
     assert doc is not None
     query = [_query(name, max_request_line_bytes) for name in endpoint.query]
-    errors = {str(status): _json(ErrorBody, means, _RETRY_AFTER if status == 503 else None)
-              for status, means in doc.errors}  # fmt: skip
+    errors = {
+        str(status): _json(ErrorBody, means, _RETRY_AFTER if status == 503 else None) for status, means in doc.errors
+    }
     operation: dict[str, Any] = {"operationId": doc.operation, "summary": doc.summary, "tags": [doc.tag]}
     parameters = [*(_PATH_PARAMS[name] for name in endpoint.params), *query]
     if parameters:

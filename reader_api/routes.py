@@ -28,10 +28,19 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 SNAPSHOT = "Answer from one consistent snapshot"
 #: status -> what it means; every 503 carries Retry-After.
-READ_ERRORS = ((404, "Unknown board or player, or a period not kept or not started (period_not_found; the "
-                "message names the kept periods that exist)"), (422, "Invalid parameter, named in `parameter`"),
-               (503, "Redis unreachable, or the board's stored meta is corrupt (the message names the key); retry "
-                "after Retry-After seconds"))  # fmt: skip
+READ_ERRORS = (
+    (
+        404,
+        "Unknown board or player, or a period not kept or not started (period_not_found; the "
+        "message names the kept periods that exist)",
+    ),
+    (422, "Invalid parameter, named in `parameter`"),
+    (
+        503,
+        "Redis unreachable, or the board's stored meta is corrupt (the message names the key); retry "
+        "after Retry-After seconds",
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,25 +154,59 @@ PERIODS = "/v1/boards/{board}/periods"
 
 ENDPOINTS = (
     question(TOP, top, Doc("top", "Top of the board, paged", a.TopPage), query=("limit", "offset", "period")),
-    question(AROUND, around, Doc("around", "A player and the neighbours above and below", a.Neighbourhood),
-             query=("radius", "period")),
+    question(
+        AROUND,
+        around,
+        Doc("around", "A player and the neighbours above and below", a.Neighbourhood),
+        query=("radius", "period"),
+    ),
     question(PLAYER, player, Doc("player", "One player's rank and score", a.PlayerRank), query=("period",)),
     # Ids are commas and escapes more often than not: the full app's query parser reads them.
-    question(PLAYERS, players, Doc("players", "Several players (a friends list), sorted by rank", a.FriendsList),
-             query=("ids", "period"), fast=False),
-    question(BOARDS, boards, Doc("boards", "Board names with their definitions, paged by name", a.BoardList,
-                                 errors=((422, READ_ERRORS[1][1]), READ_ERRORS[2])), query=("limit", "after"),
-             fast=False),
-    question(BOARD, board, Doc("board", "A board's definition, size and last flush", a.BoardInfo), query=("period",),
-             fast=False),
-    question(PERIODS, periods, Doc("periods", "The kept periods of a board that resets, newest first", a.PeriodList,
-                                   errors=((404, "Unknown board"), (422, "The board never resets (parameter "
-                                           "`board`)"), READ_ERRORS[2])), fast=False),
+    question(
+        PLAYERS,
+        players,
+        Doc("players", "Several players (a friends list), sorted by rank", a.FriendsList),
+        query=("ids", "period"),
+        fast=False,
+    ),
+    question(
+        BOARDS,
+        boards,
+        Doc(
+            "boards",
+            "Board names with their definitions, paged by name",
+            a.BoardList,
+            errors=((422, READ_ERRORS[1][1]), READ_ERRORS[2]),
+        ),
+        query=("limit", "after"),
+        fast=False,
+    ),
+    question(
+        BOARD,
+        board,
+        Doc("board", "A board's definition, size and last flush", a.BoardInfo),
+        query=("period",),
+        fast=False,
+    ),
+    question(
+        PERIODS,
+        periods,
+        Doc(
+            "periods",
+            "The kept periods of a board that resets, newest first",
+            a.PeriodList,
+            errors=((404, "Unknown board"), (422, "The board never resets (parameter `board`)"), READ_ERRORS[2]),
+        ),
+        fast=False,
+    ),
     Endpoint("/healthz", healthz, Doc("healthz", "The process is alive", a.Health, "Alive", "operations", ())),
-    Endpoint("/readyz", readyz, Doc("readyz", "Redis answers", a.Health, "Ready", "operations",
-                                    ((503, "Redis unreachable"),))),
+    Endpoint(
+        "/readyz",
+        readyz,
+        Doc("readyz", "Redis answers", a.Health, "Ready", "operations", ((503, "Redis unreachable"),)),
+    ),
     Endpoint("/openapi.json", openapi),
     Endpoint("/docs", docs.page),
     Endpoint("/docs/{asset}", docs.asset),
-)  # fmt: skip
+)
 ROUTES = [Route(e.path, e.handler, methods=["GET"]) for e in ENDPOINTS]

@@ -129,8 +129,11 @@ async def period_not_found(redis: Redis, board: str, period_id: str, kept: Seque
     # the newest few only: a keep of 1,000 must not make every 404 read 1,000 periods
     ids = [e.period.id for e in await existing(redis, board, kept[:NAMED_IN_404])]
     listed = ", ".join(ids) if ids else "none"
-    return not_found("period", f"board {board!r} has no period {period_id!r} (not kept, or not started); "
-                     f"kept periods that exist, newest first: {listed}")  # fmt: skip
+    return not_found(
+        "period",
+        f"board {board!r} has no period {period_id!r} (not kept, or not started); "
+        f"kept periods that exist, newest first: {listed}",
+    )
 
 
 class Definitions:

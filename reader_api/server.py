@@ -234,8 +234,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """uvicorn's ``limit_concurrency`` answer, as the API's JSON 503 with Retry-After."""
         error: ErrorBody = {"error": "overloaded", "message": "too many connections; retry later"}
         body = orjson.dumps(error)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), NOSNIFF,
-                   (b"retry-after", str(self.limits.retry_after_s).encode()), (b"connection", b"close")]  # fmt: skip
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            NOSNIFF,
+            (b"retry-after", str(self.limits.retry_after_s).encode()),
+            (b"connection", b"close"),
+        ]
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 

@@ -130,12 +130,22 @@ class Reader:
         if not found.seasonal:
             raise invalid("board", f"board {board!r} never resets: it has no periods")
         rows = await self.kept_periods.existing(board, found, self.clock())
-        listing: PeriodList = {"board": board, "reset": found.reset, "keep": found.keep, "grace_ms": found.grace_ms,
-                               "periods": [{"id": e.period.id, "start_ms": e.period.start_ms,
-                                            "end_ms": e.period.end_ms, "size": e.size,
-                                            "as_of": meta_int(e.as_of, period_board(board, e.period.id),
-                                                              keys.META_AS_OF)}
-                                           for e in rows]}  # fmt: skip
+        listing: PeriodList = {
+            "board": board,
+            "reset": found.reset,
+            "keep": found.keep,
+            "grace_ms": found.grace_ms,
+            "periods": [
+                {
+                    "id": e.period.id,
+                    "start_ms": e.period.start_ms,
+                    "end_ms": e.period.end_ms,
+                    "size": e.size,
+                    "as_of": meta_int(e.as_of, period_board(board, e.period.id), keys.META_AS_OF),
+                }
+                for e in rows
+            ],
+        }
         return orjson.dumps(listing)
 
     async def ready(self) -> bool:

@@ -35,9 +35,11 @@ class ApiSettings(BaseSettings):
     api_max_header_bytes: int = Field(8192, ge=256, description="Largest header block; larger gets 431")
     api_max_headers: int = Field(100, ge=1, description="Most header fields in one request; more gets 431")
     api_head_timeout_s: float = Field(
-        10.0, gt=0, description="A request head must be complete this long after the connection opened or the "
+        10.0,
+        gt=0,
+        description="A request head must be complete this long after the connection opened or the "
         "previous response; else 408 (or a silent close when nothing was sent)",
-    )  # fmt: skip
+    )
     api_keep_alive_s: int = Field(5, ge=1, description="An idle keep-alive connection is closed after this long")
     api_max_connections: int = Field(
         1000, ge=2, description="Open connections (and requests in flight) beyond which requests get 503"

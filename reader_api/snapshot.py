@@ -91,8 +91,10 @@ def parse_meta(raw: bytes | str | None, board: str, player: str) -> Meta:
         try:
             orjson.dumps([[[value]]])  # as deep as any answer holds it: {"entries": [{"meta": ...}]}
         except orjson.JSONEncodeError:
-            raise corrupt(keys.player_meta_key(board), f"meta of player {player!r} is nested deeper than "
-                          f"{MAX_META_DEPTH} levels: no answer can hold it") from None  # fmt: skip
+            raise corrupt(
+                keys.player_meta_key(board),
+                f"meta of player {player!r} is nested deeper than {MAX_META_DEPTH} levels: no answer can hold it",
+            ) from None
     return value
 
 
@@ -134,11 +136,15 @@ def parse_page(header: Header, board: str, page: Sequence[Any]) -> list[Entry]:
     players, scores, ranks, metas = page
     sign = header.sign
     return [
-        {"rank": int(rank), "player": _text(name), "score": sign * parse_score(score),
-         "meta": parse_meta(metas[i], board, _text(name)) if metas else None}
+        {
+            "rank": int(rank),
+            "player": _text(name),
+            "score": sign * parse_score(score),
+            "meta": parse_meta(metas[i], board, _text(name)) if metas else None,
+        }
         for i, (name, score, rank) in enumerate(zip(players, scores, ranks, strict=True))
         if rank is not None
-    ]  # fmt: skip
+    ]
 
 
 def _not_on_board(board: str, player: str) -> Exception:
@@ -160,17 +166,28 @@ def player(board: str, name: str, reply: Sequence[Any]) -> PlayerRank:
     header = parse_header(reply, board)
     if len(reply) <= 6:
         raise _not_on_board(board, name)
-    return {"board": board, "player": name, "rank": int(reply[6]), "score": header.sign * parse_score(reply[7]),
-            "meta": parse_meta(reply[8] if len(reply) > 8 else None, board, name), "total": header.total,
-            "as_of": header.as_of}  # fmt: skip
+    return {
+        "board": board,
+        "player": name,
+        "rank": int(reply[6]),
+        "score": header.sign * parse_score(reply[7]),
+        "meta": parse_meta(reply[8] if len(reply) > 8 else None, board, name),
+        "total": header.total,
+        "as_of": header.as_of,
+    }
 
 
 def around(board: str, name: str, reply: Sequence[Any]) -> Neighbourhood:
     header = parse_header(reply, board)
     if len(reply) <= 6:
         raise _not_on_board(board, name)
-    return {"board": board, "player": name, "total": header.total, "entries": parse_page(header, board, reply[7]),
-            "as_of": header.as_of}  # fmt: skip
+    return {
+        "board": board,
+        "player": name,
+        "total": header.total,
+        "entries": parse_page(header, board, reply[7]),
+        "as_of": header.as_of,
+    }
 
 
 def players(board: str, ids: Sequence[str], reply: Sequence[Any]) -> FriendsList:
@@ -195,9 +212,14 @@ def board_info(board: str, reply: Sequence[Any]) -> BoardInfo:
             definition = from_spec(_text(reply[5] or b""))
         except DefinitionError as exc:
             raise corrupt(keys.def_key(board), str(exc)) from None
-    return {"board": board, **definition.as_dict(), "declared": declared, "size": int(reply[1]),  # type: ignore[typeddict-item]
-            "as_of": meta_int(reply[3], board, keys.META_AS_OF),
-            "version": meta_int(reply[2], board, keys.META_VERSION)}  # fmt: skip
+    return {
+        "board": board,
+        **definition.as_dict(),  # type: ignore[typeddict-item]
+        "declared": declared,
+        "size": int(reply[1]),
+        "as_of": meta_int(reply[3], board, keys.META_AS_OF),
+        "version": meta_int(reply[2], board, keys.META_VERSION),
+    }
 
 
 _READS = (lua_reads.TOP, lua_reads.PLAYER, lua_reads.AROUND, lua_reads.PLAYERS, lua_reads.BOARD)
@@ -212,8 +234,14 @@ class Snapshots:
 
     @staticmethod
     def _keys(board: str) -> list[str]:
-        return [keys.board_key(board), keys.meta_key(board), keys.def_key(board), keys.player_meta_key(board),
-                keys.members_key(board), keys.dense_key(board)]  # fmt: skip
+        return [
+            keys.board_key(board),
+            keys.meta_key(board),
+            keys.def_key(board),
+            keys.player_meta_key(board),
+            keys.members_key(board),
+            keys.dense_key(board),
+        ]
 
     async def top(
         self, board: str, offset: int, limit: int, cached_version: int | None = None

@@ -20,8 +20,15 @@ def spawn(kafka: str, tmp_path: Path) -> Iterator[Spawn]:
     group = f"g-{uuid.uuid4().hex[:8]}"
 
     def make(redis_url: str, topic: str, name: str | None = None, **kw: object) -> WorkerProcess:
-        w = WorkerProcess(kafka=kafka, redis_url=redis_url, topic=topic, group=group, log_dir=tmp_path,
-                          name=name or f"w{len(started)}", **kw)  # type: ignore[arg-type]  # fmt: skip
+        w = WorkerProcess(
+            kafka=kafka,
+            redis_url=redis_url,
+            topic=topic,
+            group=group,
+            log_dir=tmp_path,
+            name=name or f"w{len(started)}",
+            **kw,  # type: ignore[arg-type]
+        )
         started.append(w)
         return w.start()
 

@@ -132,9 +132,12 @@ async def send_raw(
     which only other clients (Go, librdkafka) write. ``flip_payload`` inverts a byte in the middle of the
     (compressed) records and fixes the CRC: a batch the broker accepts and no codec can decode."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=kafka, enable_idempotence=False, max_request_size=8 << 20, max_batch_size=4 << 20,
+        bootstrap_servers=kafka,
+        enable_idempotence=False,
+        max_request_size=8 << 20,
+        max_batch_size=4 << 20,
         compression_type=compression_type,
-    )  # fmt: skip
+    )
     await producer.start()
     try:
         batch: Any = producer.create_batch()

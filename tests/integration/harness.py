@@ -162,8 +162,18 @@ def wait_for(check: Callable[[], bool], *, timeout_s: float, what: str) -> None:
 class WorkerProcess:
     """``hotboard worker`` as a real OS process, so tests can SIGKILL, SIGSTOP and SIGTERM it."""
 
-    def __init__(self, *, kafka: str, redis_url: str, topic: str, group: str, log_dir: Path, name: str,
-                 window_ms: int = 500, extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        kafka: str,
+        redis_url: str,
+        topic: str,
+        group: str,
+        log_dir: Path,
+        name: str,
+        window_ms: int = 500,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.metrics_port = free_port()
@@ -260,8 +270,9 @@ class WorkerProcess:
 class Feeder(threading.Thread):
     """Publishes a fixed list of events at a bounded rate in the background (its own event loop)."""
 
-    def __init__(self, kafka: str, topic: str, events: Sequence[Event] | Sequence[tuple[bytes, bytes]],
-                 rate: float) -> None:  # fmt: skip
+    def __init__(
+        self, kafka: str, topic: str, events: Sequence[Event] | Sequence[tuple[bytes, bytes]], rate: float
+    ) -> None:
         super().__init__(daemon=True)
         self.kafka, self.topic, self.events, self.rate = kafka, topic, events, rate
         self.stats: PublishStats | None = None
@@ -421,10 +432,15 @@ def checkpoint(url: str, topic: str, partition: int = 0) -> int | None:
 def produce(kafka: str, topic: str, events: Sequence[Event], codec: str, partition: int | None = None) -> None:
     """``events`` through librdkafka with ``compression.type`` = ``codec``, keyed by player, each with headers
     (librdkafka batches them: the compressed batches hold many records)."""
-    producer = Producer({
-        "bootstrap.servers": kafka, "compression.type": codec, "linger.ms": 50, "enable.idempotence": False,
-        "acks": "all",
-    })  # fmt: skip
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka,
+            "compression.type": codec,
+            "linger.ms": 50,
+            "enable.idempotence": False,
+            "acks": "all",
+        }
+    )
     failures: list[str] = []
 
     def delivered(err: object, _msg: object) -> None:

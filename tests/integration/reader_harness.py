@@ -90,8 +90,19 @@ def api_server(
     """``hotboard api`` as a child process on a free loopback port, ``env`` added to its environment."""
     port, metrics_port = free_port(), free_port()
     child_env = {**os.environ, "HOTBOARD_REDIS": redis_url, **(env or {})}
-    command = [sys.executable, "-m", "hotboard.cli", "api", "--host", LOOPBACK, "--port", str(port),
-               "--api-metrics-port", str(metrics_port), *extra]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "hotboard.cli",
+        "api",
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--api-metrics-port",
+        str(metrics_port),
+        *extra,
+    ]
     base = f"http://{LOOPBACK}:{port}"
     ready = partial(url_answers, f"{base}/healthz")
     child = Child("hotboard api", command, log_path=log_dir / f"api-{port}.log", env=child_env, ready=ready)

@@ -42,17 +42,26 @@ def run(capsys: Capture, *argv: str) -> tuple[int, str, str]:
 
 
 def test_create_then_same_create_is_unchanged(redis_url: str, sync_redis: redis.Redis, capsys: Capture) -> None:
-    code, out, _ = run(capsys, "boards", "create", "speed", "--order", "asc", "--operator", "best", "--redis",
-                       redis_url)  # fmt: skip
+    code, out, _ = run(
+        capsys, "boards", "create", "speed", "--order", "asc", "--operator", "best", "--redis", redis_url
+    )
     assert code == 0 and out == "created speed: asc/best/shared\n"
     stored = sync_redis.hgetall(keys.def_key("speed"))
     assert stored[b"spec"] == b"asc/best/shared" and stored[b"order"] == b"asc" and int(stored[b"created"]) > 0
-    code, out, _ = run(capsys, "boards", "create", "speed", "--order", "asc", "--operator", "best", "--json",
-                       "--redis", redis_url)  # fmt: skip
+    code, out, _ = run(
+        capsys, "boards", "create", "speed", "--order", "asc", "--operator", "best", "--json", "--redis", redis_url
+    )
     assert code == 0
-    assert json.loads(out) == {"board": "speed", "outcome": "unchanged", "order": "asc", "operator": "best",
-                               "ties": "shared", **NEVER, "spec": "asc/best/shared",
-                               "previous": "asc/best/shared"}  # fmt: skip
+    assert json.loads(out) == {
+        "board": "speed",
+        "outcome": "unchanged",
+        "order": "asc",
+        "operator": "best",
+        "ties": "shared",
+        **NEVER,
+        "spec": "asc/best/shared",
+        "previous": "asc/best/shared",
+    }
 
 
 def test_redis_from_the_environment(redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Capture) -> None:
@@ -82,7 +91,9 @@ def test_changing_a_board_with_scores_is_refused(
     assert sync_redis.hget(keys.def_key("b"), "spec") == b"desc/incr/dense"
     # The same definition is still fine on a written board.
     assert run(capsys, "boards", "create", "b", "--ties", "dense", "--redis", redis_url)[:2] == (
-        0, "unchanged b: desc/incr/dense\n")  # fmt: skip
+        0,
+        "unchanged b: desc/incr/dense\n",
+    )
 
 
 def test_undeclared_board_with_scores_keeps_the_default(
@@ -125,8 +136,14 @@ def test_list_walks_every_page(redis_url: str, sync_redis: redis.Redis, capsys: 
     code, out, _ = run(capsys, "boards", "list", "--json", "--redis", redis_url)  # default page size, 3 pages
     rows = json.loads(out)
     assert code == 0 and [r["board"] for r in rows] == [*names, "flushed-only"]
-    assert rows[249] == {"board": "b249", "order": "desc", "operator": "incr", "ties": "lexical", **NEVER,
-                         "spec": "desc/incr/lexical"}  # fmt: skip
+    assert rows[249] == {
+        "board": "b249",
+        "order": "desc",
+        "operator": "incr",
+        "ties": "lexical",
+        **NEVER,
+        "spec": "desc/incr/lexical",
+    }
     assert run(capsys, "boards", "list", "--page-size", "0", "--redis", redis_url)[0] == 2
 
 
@@ -135,9 +152,19 @@ def test_show_text_and_json(redis_url: str, sync_redis: redis.Redis, capsys: Cap
     code, out, _ = run(capsys, "boards", "show", "race", "--json", "--redis", redis_url)
     info = json.loads(out)
     assert code == 0 and info["created"] > 0
-    assert info == {"board": "race", "order": "asc", "operator": "incr", "ties": "dense", **NEVER,
-                    "spec": "asc/incr/dense", "declared": True, "created": info["created"], "size": 0, "version": None,
-                    "as_of": None}  # fmt: skip
+    assert info == {
+        "board": "race",
+        "order": "asc",
+        "operator": "incr",
+        "ties": "dense",
+        **NEVER,
+        "spec": "asc/incr/dense",
+        "declared": True,
+        "created": info["created"],
+        "size": 0,
+        "version": None,
+        "as_of": None,
+    }
 
     sync_redis.zadd(keys.board_key("race"), {"a": 1, "b": 2, "c": 3})
     sync_redis.hset(keys.meta_key("race"), mapping={keys.META_VERSION: 4, keys.META_AS_OF: 1_700_000_000_123})
@@ -201,12 +228,18 @@ def test_create_and_show_a_seasonal_board(redis_url: str, sync_redis: redis.Redi
 
 @pytest.mark.parametrize(
     ("flags", "message"),
-    [(["--reset", "fortnightly"], "reset 'fortnightly'"), (["--reset", "0 7 30 2 *"], "never fires"),
-     (["--reset", "H 7 * * *"], "not deterministic"), (["--reset", "weekly", "--keep", "-1"], "keep must be"),
-     (["--reset", "weekly", "--keep", "1001"], "keep must be"), (["--reset", "daily", "--grace-ms", "-5"], "grace_ms")],
-)  # fmt: skip
-def test_invalid_season_flags_exit_2(redis_url: str, sync_redis: redis.Redis, capsys: Capture,
-                                     flags: list[str], message: str) -> None:  # fmt: skip
+    [
+        (["--reset", "fortnightly"], "reset 'fortnightly'"),
+        (["--reset", "0 7 30 2 *"], "never fires"),
+        (["--reset", "H 7 * * *"], "not deterministic"),
+        (["--reset", "weekly", "--keep", "-1"], "keep must be"),
+        (["--reset", "weekly", "--keep", "1001"], "keep must be"),
+        (["--reset", "daily", "--grace-ms", "-5"], "grace_ms"),
+    ],
+)
+def test_invalid_season_flags_exit_2(
+    redis_url: str, sync_redis: redis.Redis, capsys: Capture, flags: list[str], message: str
+) -> None:
     code, out, err = run(capsys, "boards", "create", "race", *flags, "--redis", redis_url)
     assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
     assert not sync_redis.exists(keys.def_key("race"))
@@ -221,9 +254,13 @@ def test_season_changes_are_refused_once_a_period_was_written(
         code == 0 and out == "replaced race: desc/incr/shared|weekly|9|300000 (was desc/incr/shared|weekly|8|300000)\n"
     )
     sync_redis.hset(keys.meta_key("race"), "seasonal", 1)  # the worker marks B's meta at the first period
-    for flags in (["--reset", "weekly", "--keep", "8"], ["--reset", "daily", "--keep", "9"],
-                  ["--reset", "weekly", "--keep", "9", "--grace-ms", "0"], ["--reset", "never"],
-                  [*SEASON[:3], "9", *SEASON[4:], "--ties", "dense"]):  # fmt: skip
+    for flags in (
+        ["--reset", "weekly", "--keep", "8"],
+        ["--reset", "daily", "--keep", "9"],
+        ["--reset", "weekly", "--keep", "9", "--grace-ms", "0"],
+        ["--reset", "never"],
+        [*SEASON[:3], "9", *SEASON[4:], "--ties", "dense"],
+    ):
         code, out, err = run(capsys, "boards", "create", "race", *flags, "--redis", redis_url)
         assert code == 2 and out == "" and "desc/incr/shared|weekly|9|300000" in err, flags
     assert sync_redis.hget(keys.def_key("race"), "spec") == b"desc/incr/shared|weekly|9|300000"
@@ -305,9 +342,16 @@ def test_refusals_and_successes_do_not_print_the_password_either(
     acl_port: int, capsys: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = _url(acl_port)
-    for argv, code in [(["create", "b"], 0), (["create", "b", "--ties", "dense"], 0), (["list"], 0),
-                       (["show", "b"], 0), (["show", "nope"], 1), (["list", "--page-size", "0"], 2),
-                       (["show", "no spaces"], 2), (["create", "b", "--reset", "fortnightly"], 2)]:  # fmt: skip
+    for argv, code in [
+        (["create", "b"], 0),
+        (["create", "b", "--ties", "dense"], 0),
+        (["list"], 0),
+        (["show", "b"], 0),
+        (["show", "nope"], 1),
+        (["list", "--page-size", "0"], 2),
+        (["show", "no spaces"], 2),
+        (["create", "b", "--reset", "fortnightly"], 2),
+    ]:
         got, out, err = run(capsys, "boards", *argv, "--redis", url)
         assert got == code, (argv, out, err)
         _assert_no_password(out, err)
@@ -329,8 +373,13 @@ def test_list_escapes_control_characters_in_text_and_keeps_json_exact(
     assert code == 0 and len(lines) == len(names)
     assert all(line.count("\t") == 1 and line.replace("\t", " ").isprintable() for line in lines), lines
     shown = {line.split("\t")[0] for line in lines}
-    assert shown == {"\\x1b]0;pwned\\x07", "\\x1b[2J\\x1b[Hclear", "forged\\x0arow\\x09desc/incr/shared",
-                     "rtl\\u202etxt", "back\\\\x1b"}  # fmt: skip
+    assert shown == {
+        "\\x1b]0;pwned\\x07",
+        "\\x1b[2J\\x1b[Hclear",
+        "forged\\x0arow\\x09desc/incr/shared",
+        "rtl\\u202etxt",
+        "back\\\\x1b",
+    }
     code, out, _ = run(capsys, "boards", "list", "--json", "--redis", redis_url)
     assert code == 0 and sorted(row["board"] for row in json.loads(out)) == sorted(names)
 

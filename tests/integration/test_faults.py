@@ -328,8 +328,13 @@ async def test_poison_neither_stalls_nor_crashes_a_worker(
     await send_raw(kafka, topic, 0, [*raw(good[0]), (b"k", deep, [])])
     await send_raw(kafka, topic, 0, [*raw(good[1]), (None, None, [])])
     await send_raw(kafka, topic, 0, [*raw(good[2]), (b"k", huge, [("trace", b"t" * 100)])])
-    await send_raw(kafka, topic, 0, [*raw(good[3]), (b"k", b'{"player":"p","delta":1}', [("XX", b"v")])],
-                   patch=(b"XX", b"\xff\xfe"))  # fmt: skip
+    await send_raw(
+        kafka,
+        topic,
+        0,
+        [*raw(good[3]), (b"k", b'{"player":"p","delta":1}', [("XX", b"v")])],
+        patch=(b"XX", b"\xff\xfe"),
+    )
     await send_raw(kafka, topic, 0, raw(good[4]))
     worker = spawn(redis_server.url, topic)
     everything = [e for chunk in good for e in chunk]
@@ -356,10 +361,16 @@ def test_dead_letters_count_against_the_backpressure_bound(
     topic = topic_factory(1)
     bad = [(f"k{i}".encode(), b"not json") for i in range(3000)]
     Feeder(kafka, topic, bad, rate=0).finish()
-    worker = spawn(redis_server.url, topic, extra_env={
-        "HOTBOARD_DLQ_TOPIC": "no such topic!", "HOTBOARD_MAX_PENDING_ENTRIES": "300",
-        "HOTBOARD_MAX_POLL_RECORDS": "100", "HOTBOARD_DLQ_SEND_TIMEOUT_S": "0.5",
-    })  # fmt: skip
+    worker = spawn(
+        redis_server.url,
+        topic,
+        extra_env={
+            "HOTBOARD_DLQ_TOPIC": "no such topic!",
+            "HOTBOARD_MAX_PENDING_ENTRIES": "300",
+            "HOTBOARD_MAX_POLL_RECORDS": "100",
+            "HOTBOARD_DLQ_SEND_TIMEOUT_S": "0.5",
+        },
+    )
     worker.wait_metric("hotboard_backpressure_paused", 1)
     worker.wait_metric("hotboard_dlq_failures_total", 1)
     pending = worker.metric("hotboard_pending_entries")

@@ -46,9 +46,14 @@ async def test_a_lookup_failing_after_a_rebalance_took_its_partition_does_not_cr
     with TcpProxy(redis_server.port) as proxy:
         settings = worker_settings(kafka, proxy.url, topic, group, backoff_max_s=0.5)
         joiner = AIOKafkaConsumer(
-            topic, bootstrap_servers=kafka, group_id=group, client_id="0-joiner", session_timeout_ms=6000,
-            enable_auto_commit=False, auto_offset_reset="earliest",
-        )  # fmt: skip
+            topic,
+            bootstrap_servers=kafka,
+            group_id=group,
+            client_id="0-joiner",
+            session_timeout_ms=6000,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
         failed: list[int] = []
         async with Worker(settings, handle_signals=False) as worker:
             real = worker._sink.load_watermarks

@@ -91,8 +91,15 @@ async def test_every_endpoint_matches_the_reference(
         rank, player, score = ref[index]
         one = await get_json(client, path(BOARD, "players", player))
         conforms(one, PlayerRank)
-        assert one == {"board": BOARD, "player": player, "rank": rank, "score": score, "meta": None, "total": size,
-                       "as_of": 1_700_000_000_000}  # fmt: skip
+        assert one == {
+            "board": BOARD,
+            "player": player,
+            "rank": rank,
+            "score": score,
+            "meta": None,
+            "total": size,
+            "as_of": 1_700_000_000_000,
+        }
         for radius in (0, 1, 3, 100):
             near = await get_json(client, path(BOARD, "players", player, "around"), radius=radius)
             conforms(near, Neighbourhood)

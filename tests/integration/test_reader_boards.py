@@ -210,9 +210,15 @@ async def test_boards_are_listed_in_pages(client: httpx.AsyncClient, redis_clien
 
 @pytest.mark.parametrize(
     ("params", "parameter"),
-    [({"limit": 0}, "limit"), ({"limit": 1001}, "limit"), ({"limit": "x"}, "limit"),
-     ({"after": "bad board"}, "after"), ({"after": ""}, "after"), ({"after": "b" * 65}, "after")],
-)  # fmt: skip
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 1001}, "limit"),
+        ({"limit": "x"}, "limit"),
+        ({"after": "bad board"}, "after"),
+        ({"after": ""}, "after"),
+        ({"after": "b" * 65}, "after"),
+    ],
+)
 async def test_bad_listing_parameters_are_422(
     client: httpx.AsyncClient, params: dict[str, Any], parameter: str
 ) -> None:
@@ -224,16 +230,36 @@ async def test_one_board(client: httpx.AsyncClient, redis_client: Redis) -> None
     await board_store.declare(redis_client, "speedrun", BoardDef("asc", "best", "earliest"), now_ms=1)
     declared = await get_json(client, "/v1/boards/speedrun")
     conforms(declared, BoardInfo)
-    assert declared == {"board": "speedrun", "order": "asc", "operator": "best", "ties": "earliest", **NEVER,
-                        "declared": True, "size": 0, "as_of": None, "version": None}  # fmt: skip
+    assert declared == {
+        "board": "speedrun",
+        "order": "asc",
+        "operator": "best",
+        "ties": "earliest",
+        **NEVER,
+        "declared": True,
+        "size": 0,
+        "as_of": None,
+        "version": None,
+    }
     # Declared, nothing applied yet: an empty board, not an unknown one.
-    assert await get_json(client, "/v1/boards/speedrun/top") == {"board": "speedrun", "total": 0, "entries": [],
-                                                                  "as_of": None}  # fmt: skip
+    assert await get_json(client, "/v1/boards/speedrun/top") == {
+        "board": "speedrun",
+        "total": 0,
+        "entries": [],
+        "as_of": None,
+    }
     assert (await get_json(client, "/v1/boards/speedrun/players/a", 404))["error"] == "player_not_found"
     await build(redis_client, "plain", {"a": 1, "b": 2})
     assert await get_json(client, "/v1/boards/plain") == {
-        "board": "plain", "order": "desc", "operator": "incr", "ties": "shared", **NEVER, "declared": False, "size": 2,
-        "as_of": AS_OF, "version": 1,
-    }  # fmt: skip
+        "board": "plain",
+        "order": "desc",
+        "operator": "incr",
+        "ties": "shared",
+        **NEVER,
+        "declared": False,
+        "size": 2,
+        "as_of": AS_OF,
+        "version": 1,
+    }
     assert (await get_json(client, "/v1/boards/nope", 404))["error"] == "board_not_found"
     assert (await get_json(client, "/v1/boards/bad%20board", 422))["parameter"] == "board"

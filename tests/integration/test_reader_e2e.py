@@ -49,9 +49,13 @@ async def test_events_come_back_through_the_api(kafka: str, topic: str, redis_ur
     events = make_events(seed=7, count=3000)
     expected = totals(events)
     settings = WorkerSettings(
-        kafka=kafka, redis=redis_url, topic=topic, group=f"reader-e2e-{os.getpid()}-{topic}", metrics_port=0,
+        kafka=kafka,
+        redis=redis_url,
+        topic=topic,
+        group=f"reader-e2e-{os.getpid()}-{topic}",
+        metrics_port=0,
         session_timeout_ms=6000,
-    )  # fmt: skip
+    )
     async with Worker(settings, handle_signals=False) as worker:
         task = asyncio.create_task(worker.run())
         try:

@@ -64,9 +64,12 @@ async def test_fast_answers_are_counted_by_route_template(client: httpx.AsyncCli
 
 @pytest.mark.parametrize(
     ("fault", "status", "code"),
-    [(OSError("connection reset"), 503, "redis_unavailable"), (RedisError("boom"), 503, "redis_error"),
-     (RuntimeError("bug"), 500, "internal_error")],
-)  # fmt: skip
+    [
+        (OSError("connection reset"), 503, "redis_unavailable"),
+        (RedisError("boom"), 503, "redis_error"),
+        (RuntimeError("bug"), 500, "internal_error"),
+    ],
+)
 async def test_a_failing_request_is_answered_once_like_the_app_and_counted(
     redis_url: str, monkeypatch: pytest.MonkeyPatch, fault: Exception, status: int, code: str
 ) -> None:

@@ -253,8 +253,11 @@ def test_idle_connections_do_not_lock_requests_out(board: str, tmp_path: Path) -
     """Connections that never sent a byte filled the cap, and every request on the pod was a 503: new clients,
     an established keep-alive client and the probes. Now idle connections are shed first, oldest first."""
     cap, extra = 20, 30
-    env = {"HOTBOARD_API_MAX_CONNECTIONS": str(cap), "HOTBOARD_API_HEAD_TIMEOUT_S": "60",
-           "HOTBOARD_API_KEEP_ALIVE_S": "60"}  # fmt: skip
+    env = {
+        "HOTBOARD_API_MAX_CONNECTIONS": str(cap),
+        "HOTBOARD_API_HEAD_TIMEOUT_S": "60",
+        "HOTBOARD_API_KEEP_ALIVE_S": "60",
+    }
     with api_server(board, tmp_path, env=env) as server, contextlib.ExitStack() as stack:
         kept = stack.enter_context(connect(server.port))
         kept.sendall(RANK)
@@ -335,17 +338,28 @@ def test_out_of_range_scores_answer_saturated(redis_url: str, tmp_path: Path) ->
 
 @pytest.mark.parametrize(
     ("field", "raw"),
-    [("version", b"abc"), ("version", b"1.5"), ("version", b"nan"), ("as_of", b"1e12"), ("as_of", b"-1"),
-     ("as_of", b"99999999999999999999")],
-)  # fmt: skip
+    [
+        ("version", b"abc"),
+        ("version", b"1.5"),
+        ("version", b"nan"),
+        ("as_of", b"1e12"),
+        ("as_of", b"-1"),
+        ("as_of", b"99999999999999999999"),
+    ],
+)
 def test_corrupt_meta_is_a_503_naming_the_key(redis_url: str, tmp_path: Path, field: str, raw: bytes) -> None:
     client = redis.Redis.from_url(redis_url)
     client.zadd(keys.board_key(BOARD), {"a": 1})
     client.hset(keys.meta_key(BOARD), mapping={keys.META_VERSION: 1, keys.META_AS_OF: 1, field: raw})
     client.close()
     with api_server(redis_url, tmp_path, env={"HOTBOARD_API_RETRY_AFTER_S": "7"}) as server:
-        for target in (b"/v1/boards/g/top", b"/v1/boards/g/players/a", b"/v1/boards/g/players/a/around",
-                       b"/v1/boards/g/players?ids=a", b"/v1/boards/%67/top"):  # fmt: skip
+        for target in (
+            b"/v1/boards/g/top",
+            b"/v1/boards/g/players/a",
+            b"/v1/boards/g/players/a/around",
+            b"/v1/boards/g/players?ids=a",
+            b"/v1/boards/%67/top",
+        ):
             status, headers, body = ask(server.port, b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % target)
             assert (status, error_code(body), headers.get("retry-after")) == (503, "corrupt_data", "7"), target
             assert keys.meta_key(BOARD) in orjson.loads(body)["message"]

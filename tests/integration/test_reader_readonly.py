@@ -41,9 +41,17 @@ BOARDS = {
 
 def _paths(board: str) -> list[str]:
     base = f"/v1/boards/{board}"
-    return [base, f"{base}/top", f"{base}/top?offset=2&limit=3", f"{base}/players/p1", f"{base}/players/p1/around",
-            f"{base}/players/p1/around?radius=2", f"{base}/players?ids=p1,p2,p3,nobody", f"{base}/players/nobody",
-            f"{base}/top?period=previous"]  # fmt: skip
+    return [
+        base,
+        f"{base}/top",
+        f"{base}/top?offset=2&limit=3",
+        f"{base}/players/p1",
+        f"{base}/players/p1/around",
+        f"{base}/players/p1/around?radius=2",
+        f"{base}/players?ids=p1,p2,p3,nobody",
+        f"{base}/players/nobody",
+        f"{base}/top?period=previous",
+    ]
 
 
 def test_the_api_works_in_full_on_a_read_only_user(
@@ -83,8 +91,14 @@ def test_the_api_works_in_full_on_a_read_only_user(
             listing = await reader.get("/v1/boards?limit=2")
             assert listing.status_code == 200, listing.text
             after = listing.json()["next"]
-            paths = ["/readyz", "/v1/boards", "/v1/boards?limit=2", f"/v1/boards?limit=2&after={after}",
-                     "/v1/boards/weekly/periods", "/v1/boards/weekly/top?period=current"]  # fmt: skip
+            paths = [
+                "/readyz",
+                "/v1/boards",
+                "/v1/boards?limit=2",
+                f"/v1/boards?limit=2&after={after}",
+                "/v1/boards/weekly/periods",
+                "/v1/boards/weekly/top?period=current",
+            ]
             for path in [*paths, *(p for b in BOARDS for p in _paths(b))]:
                 mine, theirs = await reader.get(path), await full.get(path)
                 assert mine.status_code < 500, (path, mine.text)

@@ -30,8 +30,13 @@ from tests.integration.reader_harness import api_process
 
 pytestmark = pytest.mark.integration
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          positive_data_acceptance]  # fmt: skip
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    positive_data_acceptance,
+]
 EXAMPLES_PER_MODE = 40
 BUDGET_S = 60.0
 

@@ -88,9 +88,16 @@ def rows(body: dict[str, Any]) -> list[tuple[int, str, int]]:
 async def test_current_previous_and_explicit_periods(client: httpx.AsyncClient) -> None:
     current = await get_json(client, "/v1/boards/race/top")
     conforms(current, TopPage)
-    assert current == {"board": "race", "period": "2026-W49", "total": 2, "as_of": AS_OF,
-                       "entries": [{"rank": 1, "player": "a", "score": 5, "meta": None},
-                                   {"rank": 2, "player": "b", "score": 3, "meta": None}]}  # fmt: skip
+    assert current == {
+        "board": "race",
+        "period": "2026-W49",
+        "total": 2,
+        "as_of": AS_OF,
+        "entries": [
+            {"rank": 1, "player": "a", "score": 5, "meta": None},
+            {"rank": 2, "player": "b", "score": 3, "meta": None},
+        ],
+    }
     assert await get_json(client, "/v1/boards/race/top", period="current") == current
     previous = await get_json(client, "/v1/boards/race/top", period="previous")
     assert previous["period"] == "2026-W48" and rows(previous) == [(1, "c", 9), (2, "a", 1)]
@@ -111,8 +118,15 @@ async def test_current_previous_and_explicit_periods(client: httpx.AsyncClient) 
     )
     info = await get_json(client, "/v1/boards/race", period="previous")
     conforms(info, BoardInfo)
-    assert info == {"board": "race", "period": "2026-W48", **WEEKLY.as_dict(), "declared": True, "size": 2,
-                    "as_of": AS_OF - WEEK_MS, "version": 1}  # fmt: skip
+    assert info == {
+        "board": "race",
+        "period": "2026-W48",
+        **WEEKLY.as_dict(),
+        "declared": True,
+        "size": 2,
+        "as_of": AS_OF - WEEK_MS,
+        "version": 1,
+    }
 
 
 @pytest.mark.usefixtures("race")
@@ -182,10 +196,16 @@ async def test_periods_lists_the_kept_ones_that_exist(client: httpx.AsyncClient,
     body = await get_json(client, "/v1/boards/race/periods")
     conforms(body, PeriodList)
     w49 = int(datetime(2026, 11, 30, tzinfo=UTC).timestamp()) * 1000
-    assert body == {"board": "race", "reset": "weekly", "keep": 2, "grace_ms": 300_000, "periods": [
-        {"id": "2026-W49", "start_ms": w49, "end_ms": w49 + WEEK_MS, "size": 2, "as_of": AS_OF},
-        {"id": "2026-W48", "start_ms": w49 - WEEK_MS, "end_ms": w49, "size": 2, "as_of": AS_OF - WEEK_MS},
-    ]}  # fmt: skip
+    assert body == {
+        "board": "race",
+        "reset": "weekly",
+        "keep": 2,
+        "grace_ms": 300_000,
+        "periods": [
+            {"id": "2026-W49", "start_ms": w49, "end_ms": w49 + WEEK_MS, "size": 2, "as_of": AS_OF},
+            {"id": "2026-W48", "start_ms": w49 - WEEK_MS, "end_ms": w49, "size": 2, "as_of": AS_OF - WEEK_MS},
+        ],
+    }
     clock.now_ms = NOW + 2 * WEEK_MS  # W51: kept W51, W50, W49
     assert [p["id"] for p in (await get_json(client, "/v1/boards/race/periods"))["periods"]] == ["2026-W49"]
 

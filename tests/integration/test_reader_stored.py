@@ -90,8 +90,12 @@ async def test_a_meta_just_within_what_an_answer_holds_is_answered(
 ) -> None:
     await _seed_board(redis_client, "m")
     await redis_client.hset(keys.player_meta_key("m"), "a", _deep_meta(251))
-    for path in ("/v1/boards/m/top", "/v1/boards/m/players/a", "/v1/boards/m/players/a/around",
-                 "/v1/boards/m/players?ids=a,b"):  # fmt: skip
+    for path in (
+        "/v1/boards/m/top",
+        "/v1/boards/m/players/a",
+        "/v1/boards/m/players/a/around",
+        "/v1/boards/m/players?ids=a,b",
+    ):
         assert (await client.get(path)).status_code == 200, path
 
 
@@ -170,8 +174,14 @@ def test_a_real_server_answers_stored_junk_without_a_500(redis_url: str, tmp_pat
     client.zadd(keys.BOARD_INDEX_KEY, {n: 0 for n in [*JUNK_NAMES, b"ok"]})
     client.close()
     with api_server(redis_url, tmp_path) as server, httpx.Client(base_url=server.url) as http:
-        for path in ("/v1/boards/junk-keep/top", "/v1/boards/junk-utf8/players/a", "/v1/boards/junk-spec",
-                     "/v1/boards/junk-type/periods", "/v1/boards/m/top", "/v1/boards/m/players/a"):  # fmt: skip
+        for path in (
+            "/v1/boards/junk-keep/top",
+            "/v1/boards/junk-utf8/players/a",
+            "/v1/boards/junk-spec",
+            "/v1/boards/junk-type/periods",
+            "/v1/boards/m/top",
+            "/v1/boards/m/players/a",
+        ):
             response = http.get(path)
             assert _error(response) == (503, "corrupt_data"), (path, response.text)
         listing = http.get("/v1/boards", params={"limit": 1})

@@ -30,16 +30,19 @@ pytestmark = pytest.mark.integration
 
 
 def _server(tmp_path: Path, *options: str, appendonly: bool = True) -> RedisServer:
-    server = RedisServer(free_port(), tmp_path / f"redis-{len(list(tmp_path.iterdir()))}", appendonly=appendonly,
-                         options=options)  # fmt: skip
+    server = RedisServer(
+        free_port(), tmp_path / f"redis-{len(list(tmp_path.iterdir()))}", appendonly=appendonly, options=options
+    )
     server.data_dir.mkdir(parents=True)
     server.start()
     return server
 
 
 def _events(board: str, count: int, delta: int) -> list[Raw]:
-    return [(f"p{i}".encode(), orjson.dumps({"board": board, "player": f"p{i % 9}", "delta": delta}), [])
-            for i in range(count)]  # fmt: skip
+    return [
+        (f"p{i}".encode(), orjson.dumps({"board": board, "player": f"p{i % 9}", "delta": delta}), [])
+        for i in range(count)
+    ]
 
 
 # ---------------------------------------------------------------- eviction policy
@@ -56,10 +59,12 @@ def test_a_worker_refuses_a_redis_that_may_evict_keys(
     server = _server(tmp_path, "--maxmemory-policy", policy, *disabled)
     try:
         topic = topic_factory(1)
-        w = WorkerProcess(kafka=kafka, redis_url=server.url, topic=topic, group=f"g-{topic}", log_dir=tmp_path,
-                          name="w")  # fmt: skip
-        run = subprocess.run([sys.executable, "-m", "hotboard.cli", "worker"], env=w.env, capture_output=True,
-                             timeout=60, check=False)  # fmt: skip
+        w = WorkerProcess(
+            kafka=kafka, redis_url=server.url, topic=topic, group=f"g-{topic}", log_dir=tmp_path, name="w"
+        )
+        run = subprocess.run(
+            [sys.executable, "-m", "hotboard.cli", "worker"], env=w.env, capture_output=True, timeout=60, check=False
+        )
         assert run.returncode == 2, run.stderr.decode()[-2000:]
         last = run.stderr.decode().strip().splitlines()[-1]
         assert "maxmemory-policy" in last and policy in last, last
@@ -104,8 +109,10 @@ async def test_a_redis_restart_between_two_flushes_is_noticed_on_the_silent_reco
                 # with no error reaching the caller: here, every pooled socket at once
                 await worker._redis.connection_pool.disconnect()
                 await send_raw(kafka, topic, 1, _events("b", 30, 2))
-                expected = {"a": {f"p{i}": 3 * len(range(i, 50, 9)) for i in range(9)},
-                            "b": {f"p{i}": 2 * len(range(i, 30, 9)) for i in range(9)}}  # fmt: skip
+                expected = {
+                    "a": {f"p{i}": 3 * len(range(i, 50, 9)) for i in range(9)},
+                    "b": {f"p{i}": 2 * len(range(i, 30, 9)) for i in range(9)},
+                }
                 await wait_while_running(
                     lambda: read_boards(server.url, ["a", "b"]) == expected, task, "a and b exact", 30
                 )

@@ -16,16 +16,25 @@ from tests.semantics import Ev, check_dense, fold_windows, reference, stored
 
 pytestmark = pytest.mark.integration
 
-DEFS = [BoardDef("desc", "incr", "dense"), BoardDef("asc", "best", "earliest"), BoardDef("desc", "decr", "shared"),
-        BoardDef("desc", "incr", "earliest")]  # fmt: skip
+DEFS = [
+    BoardDef("desc", "incr", "dense"),
+    BoardDef("asc", "best", "earliest"),
+    BoardDef("desc", "decr", "shared"),
+    BoardDef("desc", "incr", "earliest"),
+]
 
 
 @pytest.mark.parametrize("definition", DEFS, ids=lambda d: d.spec)
 async def test_noscript_then_lost_reply(redis_client: Redis, definition: BoardDef) -> None:
     sink = RedisSink(redis_client, "scores")
     await board_store.declare(redis_client, "r", definition)
-    events = [Ev("a", None, 5, 1, {"n": "\u00e9\u0000\"\\"}), Ev("b", "set", 5, 2), Ev("a", "incr", -3, 3),
-              Ev("c", "decr", 2, 4), Ev("b", "best", 9, 5)]  # fmt: skip
+    events = [
+        Ev("a", None, 5, 1, {"n": '\u00e9\u0000"\\'}),
+        Ev("b", "set", 5, 2),
+        Ev("a", "incr", -3, 3),
+        Ev("c", "decr", 2, 4),
+        Ev("b", "best", 9, 5),
+    ]
     [batches] = fold_windows("r", definition, events, [], 2, 1)
     await redis_client.script_flush()
     first = await sink.flush(batches, lambda b, p: NO_WATERMARK)

@@ -51,8 +51,9 @@ async def test_periods_are_boards_of_their_own_that_expire_after_keep_periods(re
     this_week = definition.schedule.period_of(now)
     last_week = definition.schedule.previous(this_week)
     # events either side of the boundary, each written when it happened
-    await _flush(redis_client, definition, [("a", 5, this_week.start_ms - 1), ("a", 7, this_week.start_ms),
-                                            ("b", 1, now)])  # fmt: skip
+    await _flush(
+        redis_client, definition, [("a", 5, this_week.start_ms - 1), ("a", 7, this_week.start_ms), ("b", 1, now)]
+    )
     old, new = f"race@{last_week.id}", f"race@{this_week.id}"
     assert await redis_client.zscore(keys.board_key(old), "a") == 5
     assert await redis_client.zrange(keys.board_key(new), 0, -1, withscores=True) == [(b"b", 1.0), (b"a", 7.0)]

@@ -55,8 +55,12 @@ async def test_a_definition_declared_while_folding_refuses_the_window(redis_clie
     assert await redis_client.exists(keys.board_key("late"), keys.applied_key("late"), keys.meta_key("late")) == 0
 
 
-EDGES = [BoardDef("desc", "set", "earliest"), BoardDef("asc", "best", "earliest"), BoardDef("desc", "best", "dense"),
-         BoardDef("desc", "set", "shared")]  # fmt: skip
+EDGES = [
+    BoardDef("desc", "set", "earliest"),
+    BoardDef("asc", "best", "earliest"),
+    BoardDef("desc", "best", "dense"),
+    BoardDef("desc", "set", "shared"),
+]
 
 
 @pytest.mark.parametrize("definition", EDGES)
@@ -65,8 +69,14 @@ async def test_scores_at_the_precision_boundary_stay_exact(redis_client: Redis, 
     sink = RedisSink(redis_client, "scores")
     await board_store.declare(redis_client, "edge", definition)
     top = MAX_EXACT
-    events = [Ev("a", "set", top, 5), Ev("b", "set", top, 3), Ev("c", "set", top - 1, 1), Ev("d", "set", -top, 2),
-              Ev("e", "set", -top, 9), Ev("a", "best", top, 7)]  # fmt: skip
+    events = [
+        Ev("a", "set", top, 5),
+        Ev("b", "set", top, 3),
+        Ev("c", "set", top - 1, 1),
+        Ev("d", "set", -top, 2),
+        Ev("e", "set", -top, 9),
+        Ev("a", "best", top, 7),
+    ]
     await flush_all(sink, fold_windows("edge", definition, events, [2, 4], 2, 10))
     expected, _ = reference(events, definition)
     got = await stored(redis_client, "edge", definition)

@@ -67,8 +67,14 @@ def test_poison_goes_to_dlq_with_reasons_and_good_events_count(
     rng = random.Random(21)
     for value, _ in POISON:
         stream.insert(rng.randrange(len(stream)), (b"poison-key", value))
-    worker = WorkerProcess(kafka=kafka, redis_url=redis_server.url, topic=topic, group=f"g-{uuid.uuid4().hex[:8]}",
-                           log_dir=tmp_path, name="w").start()  # fmt: skip
+    worker = WorkerProcess(
+        kafka=kafka,
+        redis_url=redis_server.url,
+        topic=topic,
+        group=f"g-{uuid.uuid4().hex[:8]}",
+        log_dir=tmp_path,
+        name="w",
+    ).start()
     try:
         Feeder(kafka, topic, stream, rate=0).finish()
         wait_exact(redis_server.url, totals_of(good), timeout_s=60)
@@ -120,8 +126,10 @@ def test_unreachable_kafka_exits_nonzero_with_a_clear_message(tmp_path: Path) ->
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "hotboard.cli", "worker", "--kafka", f"127.0.0.1:{closed}"],
-        env=env, capture_output=True, timeout=60,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == 3
     assert time.monotonic() - started < 30
     assert f"Kafka at 127.0.0.1:{closed} did not answer" in proc.stderr.decode()
@@ -133,11 +141,26 @@ def test_demo_fills_boards_and_ctrl_c_stops_everything() -> None:
     if any(map(port_open, extra.values())):
         pytest.skip("metrics+1 or +2 port busy")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hotboard.cli", "demo", "--kafka-port", str(ports["kafka"]),
-         "--redis-port", str(ports["redis"]), "--api-port", str(ports["api"]),
-         "--metrics-port", str(ports["metrics"]), "--rate", "1500"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hotboard.cli",
+            "demo",
+            "--kafka-port",
+            str(ports["kafka"]),
+            "--redis-port",
+            str(ports["redis"]),
+            "--api-port",
+            str(ports["api"]),
+            "--metrics-port",
+            str(ports["metrics"]),
+            "--rate",
+            "1500",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         r = redis.Redis(port=ports["redis"])
         deadline = time.monotonic() + 40
@@ -175,7 +198,8 @@ def test_dev_refuses_a_taken_port_with_a_clear_error() -> None:
         port = taken.getsockname()[1]
         proc = subprocess.run(
             [sys.executable, "-m", "hotboard.cli", "dev", "--kafka-port", str(port), "--redis-port", str(free_port())],
-            capture_output=True, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            timeout=60,
+        )
     assert proc.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr.decode()

@@ -13,30 +13,40 @@ from hotboard.codec import MAX_META_BYTES, MAX_META_DEPTH, Decoder, Event, Inval
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (b'{"board": "global", "player": "p-42", "delta": 10, "ts": 1764500000123}',
-         Event("global", "p-42", 10, 1764500000123)),
+        (
+            b'{"board": "global", "player": "p-42", "delta": 10, "ts": 1764500000123}',
+            Event("global", "p-42", 10, 1764500000123),
+        ),
         (b'{"player": "p-42", "delta": -3}', Event("global", "p-42", -3, None)),
         (b'{"player": "x", "delta": 0, "extra": [1, 2]}', Event("global", "x", 0, None)),
-        (b'{"board": "s:2026.w48_eu-1", "player": "a:b.c-d", "delta": 1}',
-         Event("s:2026.w48_eu-1", "a:b.c-d", 1, None)),
-        (b'{"player": "\xc3\xa9l\xc3\xa8ve \xf0\x9f\x8e\xae", "delta": 1}',
-         Event("global", "\u00e9l\u00e8ve \U0001f3ae", 1, None)),
+        (
+            b'{"board": "s:2026.w48_eu-1", "player": "a:b.c-d", "delta": 1}',
+            Event("s:2026.w48_eu-1", "a:b.c-d", 1, None),
+        ),
+        (
+            b'{"player": "\xc3\xa9l\xc3\xa8ve \xf0\x9f\x8e\xae", "delta": 1}',
+            Event("global", "\u00e9l\u00e8ve \U0001f3ae", 1, None),
+        ),
         (b'{"player": "p", "delta": 9007199254740991}', Event("global", "p", 2**53 - 1, None)),
         (b'{"player": "p", "delta": -9007199254740991}', Event("global", "p", -(2**53 - 1), None)),
         (b'{"player": "p", "delta": 1, "op": "incr"}', Event("global", "p", 1, None, "incr")),
         (b'{"player": "p", "op": "set", "score": -7}', Event("global", "p", None, None, "set", -7)),
-        (b'{"player": "p", "op": "best", "score": 9007199254740991}',
-         Event("global", "p", None, None, "best", 2**53 - 1)),
+        (
+            b'{"player": "p", "op": "best", "score": 9007199254740991}',
+            Event("global", "p", None, None, "best", 2**53 - 1),
+        ),
         (b'{"player": "p", "op": "decr", "delta": 0}', Event("global", "p", 0, None, "decr")),
         (b'{"player": "p", "score": 3}', Event("global", "p", None, None, None, 3)),  # the board's operator decides
-        (b'{"player": "p", "delta": 1, "meta": {"name": "Zo\\u00eb", "c": "NZ"}}',
-         Event("global", "p", 1, None, meta='{"name":"Zoë","c":"NZ"}'.encode())),
+        (
+            b'{"player": "p", "delta": 1, "meta": {"name": "Zo\\u00eb", "c": "NZ"}}',
+            Event("global", "p", 1, None, meta='{"name":"Zoë","c":"NZ"}'.encode()),
+        ),
         (b'{"player": "p", "delta": 1, "meta": null}', Event("global", "p", 1, None)),
         (b'{"player": "p", "delta": 1, "ts": 9007199254740991}', Event("global", "p", 1, 2**53 - 1)),
         (b'{"player": "' + b"x" * 128 + b'", "delta": 1}', Event("global", "x" * 128, 1, None)),
         (b'{"board": "' + b"b" * 64 + b'", "player": "p", "delta": 1}', Event("b" * 64, "p", 1, None)),
     ],
-)  # fmt: skip
+)
 def test_valid_events(value: bytes, expected: Event) -> None:
     assert decode(value) == expected
 
@@ -95,7 +105,7 @@ def test_valid_events(value: bytes, expected: Event) -> None:
         (b'{"player": "p", "delta": 1, "op": "set"}', Reason.MISSING_FIELD),
         (b'{"player": "p", "delta": 1, "pad": "' + b"x" * 65_536 + b'"}', Reason.TOO_LARGE),
     ],
-)  # fmt: skip
+)
 def test_invalid_events_name_their_reason(value: bytes | None, reason: Reason) -> None:
     with pytest.raises(InvalidEvent) as caught:
         decode(value)

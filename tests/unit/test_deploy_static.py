@@ -199,8 +199,10 @@ def test_compose_redis_requires_a_user_and_hotboard_reads_its_url_from_a_secret(
     users = acl_users()
     assert users["default"] == ["on", "nopass", "-@all", "+ping"]  # the healthcheck's PING, nothing else
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
-    for name, (secret, user) in {**dict.fromkeys(WORKERS, ("redis-worker-url", "hotboard-worker")),
-                                 "api": ("redis-api-url", "hotboard-api")}.items():  # fmt: skip
+    for name, (secret, user) in {
+        **dict.fromkeys(WORKERS, ("redis-worker-url", "hotboard-worker")),
+        "api": ("redis-api-url", "hotboard-api"),
+    }.items():
         svc = services[name]
         assert "HOTBOARD_REDIS" not in svc["environment"], name
         assert svc["secrets"] == [secret], name
@@ -489,8 +491,11 @@ def _ports(rule: dict[str, Any]) -> set[tuple[str, int | str]]:
 def _policy_for(component: str) -> dict[str, Any]:
     deployment = by_kind("Deployment")[f"hotboard-{component}"]
     labels = deployment["spec"]["template"]["metadata"]["labels"]
-    (policy,) = [p for p in by_kind("NetworkPolicy").values() if p["spec"]["podSelector"]["matchLabels"].items()
-                 <= labels.items()]  # fmt: skip
+    (policy,) = [
+        p
+        for p in by_kind("NetworkPolicy").values()
+        if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    ]
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"], "a missing type allows everything"
     named = {p["name"] for p in container(deployment)["ports"]}
     for rule in policy["spec"]["ingress"]:

@@ -23,8 +23,9 @@ STATES = st.one_of(st.none(), st.tuples(st.integers(-8, 8), st.integers(0, 10**6
 
 @settings(max_examples=3000)
 @given(st.lists(EVENT, max_size=12), STATES, st.booleans(), st.integers(0, 12))
-def test_merged_steps_equal_the_events_one_by_one(events: list[Step], start: tuple[int, int] | None,
-                                                  desc: bool, split: int) -> None:  # fmt: skip
+def test_merged_steps_equal_the_events_one_by_one(
+    events: list[Step], start: tuple[int, int] | None, desc: bool, split: int
+) -> None:
     steps = [_event(*e) for e in events]
     merged: list[Step] = []
     for step in steps:

@@ -60,8 +60,10 @@ def test_two_partitions_folded_under_two_definitions_flush_under_one_spec() -> N
     definition instead of being refused; so each definition gets its own batch (or spec)."""
     decoder = Decoder()
     window = Window()
-    for p, definition, body in ((0, BoardDef("desc", "set", "shared"), {"board": "b", "player": "a", "score": 7}),
-                                (1, DEFAULT, {"board": "b", "player": "c", "delta": 4})):  # fmt: skip
+    for p, definition, body in (
+        (0, BoardDef("desc", "set", "shared"), {"board": "b", "player": "a", "score": 7}),
+        (1, DEFAULT, {"board": "b", "player": "c", "delta": 4}),
+    ):
         recs = [_rec(0, body)]
         window.fold_for(p).fold_checked(recs, decode_all(recs, decoder), {"b": -1}, set(), {"b": definition}, {})
     batches, _ = window.batches(100)

@@ -44,8 +44,17 @@ class _Rig:
                 self.consumer.assigned.clear()
 
         self.sink.on_lookup = rebalance
-        self.intake = Intake(settings, self.consumer, self.assignment, self.pending, self.sink, metrics,  # type: ignore[arg-type]
-                             asyncio.Event(), Backoff(cap_s=0.01), self.health)  # fmt: skip
+        self.intake = Intake(
+            settings,
+            self.consumer,
+            self.assignment,
+            self.pending,
+            self.sink,  # type: ignore[arg-type]
+            metrics,
+            asyncio.Event(),
+            Backoff(cap_s=0.01),
+            self.health,
+        )
 
     @property
     def state(self) -> PartitionState:

@@ -17,8 +17,13 @@ def test_layout() -> None:
     assert (keys.halt_field(3), keys.epoch_field(3)) == ("3:halt", "3:epoch")
     assert "':halt'" in lua.CHECKPOINT and "':halt'" in lua.LIFT_HALT and "':epoch'" in lua.LIFT_HALT
     assert keys.BOARD_INDEX_KEY == "hb:board-index"
-    for make, suffix in ((keys.def_key, "def"), (keys.player_meta_key, "pmeta"), (keys.members_key, "members"),
-                         (keys.dense_key, "dense"), (keys.counts_key, "counts")):  # fmt: skip
+    for make, suffix in (
+        (keys.def_key, "def"),
+        (keys.player_meta_key, "pmeta"),
+        (keys.members_key, "members"),
+        (keys.dense_key, "dense"),
+        (keys.counts_key, "counts"),
+    ):
         assert make("global") == "hb:{global}:" + suffix
 
 
@@ -43,8 +48,15 @@ def test_board_rule(board: str, ok: bool) -> None:
 
 @pytest.mark.parametrize(
     ("player", "ok"),
-    [("p-1", True), ("x y", True), ("\u00e9\u2028", True), ("", False), ("x" * 129, False), ("a\tb", False),
-     ("a\x9fb", False)],
-)  # fmt: skip
+    [
+        ("p-1", True),
+        ("x y", True),
+        ("\u00e9\u2028", True),
+        ("", False),
+        ("x" * 129, False),
+        ("a\tb", False),
+        ("a\x9fb", False),
+    ],
+)
 def test_player_rule(player: str, ok: bool) -> None:
     assert keys.is_valid_player(player) is ok

@@ -18,9 +18,14 @@ PARSERS = [MemoryRecords, _MemoryRecordsPy, _LenientMemoryRecords]
 
 def batch(codec: int) -> bytearray:
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=codec, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+        magic=2,
+        compression_type=codec,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
         batch_size=1 << 20,
-    )  # fmt: skip
+    )
     for i in range(50):
         builder.append(i, timestamp=None, key=b"k%d" % i, value=b'{"player":"p%d","delta":1}' % i, headers=[])
     return bytearray(builder.build())

@@ -218,8 +218,11 @@ def test_rejected(operator: str, amount: int, order: str, message: str) -> None:
 
 
 @settings(max_examples=500)
-@given(st.lists(st.tuples(st.sampled_from(["best", "incr", "set"]), st.integers(-50, 50)), min_size=1, max_size=8),
-       st.sampled_from(["desc", "asc"]), st.one_of(st.none(), st.integers(-60, 60)))  # fmt: skip
+@given(
+    st.lists(st.tuples(st.sampled_from(["best", "incr", "set"]), st.integers(-50, 50)), min_size=1, max_size=8),
+    st.sampled_from(["desc", "asc"]),
+    st.one_of(st.none(), st.integers(-60, 60)),
+)
 def test_best_scores_is_the_clamp_when_it_says_so(evs: list[tuple[str, int]], order: str, current: int | None) -> None:
     from hotboard.operators import best_scores
 

@@ -79,9 +79,17 @@ def test_a_period_outside_the_kept_ones_is_not_kept(definition: BoardDef, period
 
 @pytest.mark.parametrize(
     ("definition", "period"),
-    [(WEEKLY, "2026-W54"), (WEEKLY, "2025-W53"), (WEEKLY, "2026-w49"), (DAILY, "2027-02-29"), (DAILY, "2026-1-01"),
-     (MONTHLY, "2026-13"), (MONTHLY, "latest"), (BoardDef(reset="0 7 * * *"), "20261231T0800Z")],
-)  # fmt: skip
+    [
+        (WEEKLY, "2026-W54"),
+        (WEEKLY, "2025-W53"),
+        (WEEKLY, "2026-w49"),
+        (DAILY, "2027-02-29"),
+        (DAILY, "2026-1-01"),
+        (MONTHLY, "2026-13"),
+        (MONTHLY, "latest"),
+        (BoardDef(reset="0 7 * * *"), "20261231T0800Z"),
+    ],
+)
 def test_a_malformed_period_id_is_invalid(definition: BoardDef, period: str) -> None:
     with pytest.raises(ApiError) as caught:
         resolve("race", definition, period, ms(2027, 1, 4))

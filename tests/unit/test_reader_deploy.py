@@ -11,10 +11,14 @@ from reader_api.settings import ApiSettings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 LIMITS = {
-    "HOTBOARD_API_MAX_REQUEST_LINE_BYTES", "HOTBOARD_API_MAX_HEADER_BYTES", "HOTBOARD_API_MAX_HEADERS",
-    "HOTBOARD_API_HEAD_TIMEOUT_S", "HOTBOARD_API_KEEP_ALIVE_S", "HOTBOARD_API_MAX_CONNECTIONS",
+    "HOTBOARD_API_MAX_REQUEST_LINE_BYTES",
+    "HOTBOARD_API_MAX_HEADER_BYTES",
+    "HOTBOARD_API_MAX_HEADERS",
+    "HOTBOARD_API_HEAD_TIMEOUT_S",
+    "HOTBOARD_API_KEEP_ALIVE_S",
+    "HOTBOARD_API_MAX_CONNECTIONS",
     "HOTBOARD_API_RETRY_AFTER_S",
-}  # fmt: skip
+}
 
 
 def api_env() -> tuple[dict[str, str], dict[str, str]]:

@@ -68,10 +68,20 @@ def test_encoded_slash_stays_inside_its_segment() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "score"),
-    [(b"-42", -42), (b"9007199254740991", 2**53 - 1), (b"-9007199254740991", -(2**53 - 1)),
-     (b"9007199254740992", 2**53 - 1), (b"1e+17", 2**53 - 1), (b"1.8446744073709552e+19", 2**53 - 1),
-     (b"inf", 2**53 - 1), (b"-inf", -(2**53 - 1)), (b"nan", 0), (b"2.5", 2), (b"-2.5", -2)],
-)  # fmt: skip
+    [
+        (b"-42", -42),
+        (b"9007199254740991", 2**53 - 1),
+        (b"-9007199254740991", -(2**53 - 1)),
+        (b"9007199254740992", 2**53 - 1),
+        (b"1e+17", 2**53 - 1),
+        (b"1.8446744073709552e+19", 2**53 - 1),
+        (b"inf", 2**53 - 1),
+        (b"-inf", -(2**53 - 1)),
+        (b"nan", 0),
+        (b"2.5", 2),
+        (b"-2.5", -2),
+    ],
+)
 def test_every_stored_score_has_an_integer_answer(raw: bytes, score: int) -> None:
     """Exact within +-(2^53 - 1), saturated beyond (README, "Read API")."""
     assert parse_score(raw) == score
@@ -81,14 +91,15 @@ def test_scores_and_pages() -> None:
     header = Header(exists=True, total=3, version=1, as_of=None)
     page = [[b"a", "b"], [b"5", "-1"], [11, 12], []]
     assert parse_page(header, "g", page) == [
-        {"rank": 11, "player": "a", "score": 5, "meta": None}, {"rank": 12, "player": "b", "score": -1, "meta": None},
-    ]  # fmt: skip
+        {"rank": 11, "player": "a", "score": 5, "meta": None},
+        {"rank": 12, "player": "b", "score": -1, "meta": None},
+    ]
     negated = Header(exists=True, total=3, version=1, as_of=None, sign=-1)
     with_meta = [[b"a", b"b"], [b"-5", b"3"], [1, 2], [b'{"name":"A"}', None]]
     assert parse_page(negated, "g", with_meta) == [
         {"rank": 1, "player": "a", "score": 5, "meta": {"name": "A"}},
         {"rank": 2, "player": "b", "score": -3, "meta": None},
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize("raw", [b"[1]", b"nope", b'"s"', b"", b"{"])
@@ -99,8 +110,10 @@ def test_corrupt_player_meta_is_a_503_naming_the_key(raw: bytes) -> None:
         snapshot.player("g", "a", [*KNOWN, 1, b"1", raw])
 
 
-@pytest.mark.parametrize(("order", "ties", "sign"), [(b"desc", b"earliest", -1), (b"asc", b"earliest", 1),
-                                                      (b"desc", b"shared", 1), (b"asc", b"dense", 1)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("order", "ties", "sign"),
+    [(b"desc", b"earliest", -1), (b"asc", b"earliest", 1), (b"desc", b"shared", 1), (b"asc", b"dense", 1)],
+)
 def test_the_definition_in_the_reply_gives_the_sign(order: bytes, ties: bytes, sign: int) -> None:
     assert snapshot.parse_header([1, 1, None, None, order, ties], "g").sign == sign
 
@@ -115,12 +128,20 @@ def test_shapes() -> None:
     header, page = snapshot.top("g", [*KNOWN, [[b"a"], [b"5"], [1], [b'{"c":"FR"}']]])
     assert header == Header(exists=True, total=3, version=7, as_of=1234)
     assert page == {
-        "board": "g", "total": 3, "entries": [{"rank": 1, "player": "a", "score": 5, "meta": {"c": "FR"}}],
+        "board": "g",
+        "total": 3,
+        "entries": [{"rank": 1, "player": "a", "score": 5, "meta": {"c": "FR"}}],
         "as_of": 1234,
-    }  # fmt: skip
+    }
     assert snapshot.player("g", "a", [*KNOWN, 2, b"1"]) == {
-        "board": "g", "player": "a", "rank": 2, "score": 1, "meta": None, "total": 3, "as_of": 1234,
-    }  # fmt: skip
+        "board": "g",
+        "player": "a",
+        "rank": 2,
+        "score": 1,
+        "meta": None,
+        "total": 3,
+        "as_of": 1234,
+    }
     assert snapshot.player("g", "a", [*EARLIEST_DESC, 1, b"-9", b"{}"])["score"] == 9
     near = snapshot.around("g", "a", [*KNOWN, 0, [[b"b", b"a"], [b"9", b"1"], [1, 2], []]])
     assert near["player"] == "a" and [e["rank"] for e in near["entries"]] == [1, 2]
@@ -133,8 +154,19 @@ def test_shapes() -> None:
 
 def test_board_info() -> None:
     declared = snapshot.board_info("g", [1, 2, b"3", b"4", 1, b"asc/best/dense"])
-    assert declared == {"board": "g", "order": "asc", "operator": "best", "ties": "dense", "reset": "never", "keep": 4,
-                        "grace_ms": 60_000, "declared": True, "size": 2, "as_of": 4, "version": 3}  # fmt: skip
+    assert declared == {
+        "board": "g",
+        "order": "asc",
+        "operator": "best",
+        "ties": "dense",
+        "reset": "never",
+        "keep": 4,
+        "grace_ms": 60_000,
+        "declared": True,
+        "size": 2,
+        "as_of": 4,
+        "version": 3,
+    }
     assert snapshot.board_info("g", [0, 0, None, None, 1, b"desc/set/earliest"])["size"] == 0
     default = snapshot.board_info("g", [1, 5, None, None, 0, None])
     assert (default["order"], default["ties"], default["declared"], default["as_of"]) == ("desc", "shared", False, None)
@@ -162,8 +194,17 @@ def test_integer_parameters() -> None:
     assert int_param({"limit": "1000"}, "limit") == 1000
     assert int_param({"offset": "+7"}, "offset") == 7
     assert int_param({"offset": "9" * 30}, "offset") == int("9" * 30)
-    for name, raw in [("limit", "0"), ("limit", "1001"), ("limit", "1_0"), ("limit", " 10"), ("limit", "1.5"),
-                      ("offset", "-1"), ("radius", "101"), ("radius", ""), ("radius", "x")]:  # fmt: skip
+    for name, raw in [
+        ("limit", "0"),
+        ("limit", "1001"),
+        ("limit", "1_0"),
+        ("limit", " 10"),
+        ("limit", "1.5"),
+        ("offset", "-1"),
+        ("radius", "101"),
+        ("radius", ""),
+        ("radius", "x"),
+    ]:
         with raises(422, name):
             int_param({name: raw}, name)
     with raises(422, "ids"):
@@ -173,10 +214,16 @@ def test_integer_parameters() -> None:
 def test_openapi_document_covers_every_endpoint() -> None:
     doc = document("t", "1", "d", 8192)
     assert set(doc["paths"]) == {
-        "/v1/boards/{board}/top", "/v1/boards/{board}/players/{player}",
-        "/v1/boards/{board}/players/{player}/around", "/v1/boards/{board}/players", "/v1/boards",
-        "/v1/boards/{board}", "/v1/boards/{board}/periods", "/healthz", "/readyz",
-    }  # fmt: skip
+        "/v1/boards/{board}/top",
+        "/v1/boards/{board}/players/{player}",
+        "/v1/boards/{board}/players/{player}/around",
+        "/v1/boards/{board}/players",
+        "/v1/boards",
+        "/v1/boards/{board}",
+        "/v1/boards/{board}/periods",
+        "/healthz",
+        "/readyz",
+    }
     limit = doc["paths"]["/v1/boards/{board}/top"]["get"]["parameters"][1]
     assert limit["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
     assert {"TopPage", "Entry", "ErrorBody", "BoardList", "BoardSummary", "BoardInfo"} <= set(

@@ -18,13 +18,17 @@ from hotboard.safe_text import escape, has_secret, redact, redact_url
         ("redis://u:a/b?c#d@e:f@host:1/0", "redis://u:***@host:1/0"),  # unencoded / ? # @ : in the password
         ("redis://host/0?password=s3cret&db=1", "redis://host/0?password=***&db=1"),
         ("redis://host/0?db=1&ssl_PASSWORD=s3cret", "redis://host/0?db=1&ssl_PASSWORD=***"),
-        ("unreachable at redis://:pw1@a/0 and redis://u:pw2@b/0: refused",
-         "unreachable at redis://:***@a/0 and redis://u:***@b/0: refused"),
-        ("invalid --redis 'redis://:pw@[::1/0': Invalid IPv6 URL",
-         "invalid --redis 'redis://:***@[::1/0': Invalid IPv6 URL"),
+        (
+            "unreachable at redis://:pw1@a/0 and redis://u:pw2@b/0: refused",
+            "unreachable at redis://:***@a/0 and redis://u:***@b/0: refused",
+        ),
+        (
+            "invalid --redis 'redis://:pw@[::1/0': Invalid IPv6 URL",
+            "invalid --redis 'redis://:***@[::1/0': Invalid IPv6 URL",
+        ),
         ("no url here, user@example.com", "no url here, user@example.com"),
     ],
-)  # fmt: skip
+)
 def test_redact_masks_every_password(text: str, expected: str) -> None:
     assert redact(text) == expected
     if " " not in text:  # one URL: the same, read whole
