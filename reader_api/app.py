@@ -20,9 +20,9 @@ from reader_api.fastpath import FastPath
 from reader_api.metrics import ApiMetrics, MetricsMiddleware
 from reader_api.openapi import document
 from reader_api.paths import EncodedSlashMiddleware
+from reader_api.reader import Reader
 from reader_api.routes import ROUTES
 from reader_api.seasons import Clock, wall_clock_ms
-from reader_api.service import Reader
 from reader_api.settings import ApiSettings
 
 DESCRIPTION = """Read-only leaderboard queries over the hotboard Redis layout.

@@ -1,7 +1,7 @@
 """The route table: every endpoint written once. Starlette's routing (:data:`ROUTES`), the fast path
 (:mod:`reader_api.fastpath`) and the OpenAPI document (:mod:`reader_api.openapi`) are all built from
 :data:`ENDPOINTS`. A read question parses and validates (:mod:`reader_api.params`), asks the
-:class:`~reader_api.service.Reader` and returns the already-encoded JSON."""
+:class:`~reader_api.reader.Reader` and returns the already-encoded JSON."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from reader_api import answers as a
 from reader_api import docs
 from reader_api.errors import JSON
 from reader_api.params import after_param, check_board, check_player, ids_param, int_param, period_param
+from reader_api.reader import Reader
 from reader_api.seasons import Target
-from reader_api.service import Reader
 
 #: (reader, path parameters, query) -> the body of a 200; a failure raises (ApiError, RedisError, ...).
 Ask = Callable[[Reader, Mapping[str, str], Mapping[str, str]], Awaitable[bytes]]

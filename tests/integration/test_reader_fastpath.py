@@ -13,8 +13,8 @@ from redis.exceptions import RedisError
 from hotboard import keys
 from reader_api.app import create_app
 from reader_api.paths import EncodedSlashMiddleware
+from reader_api.reader import Reader
 from reader_api.routes import PLAYER
-from reader_api.service import Reader
 from reader_api.settings import ApiSettings
 from tests.integration.reader_harness import asgi_client, metrics_text
 
