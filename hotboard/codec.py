@@ -79,7 +79,7 @@ TS: Final = 5
 
 class Decoder:
     """Validates records one by one, naming the first rule an invalid one breaks. The fold's fast path
-    (:meth:`ingest.window.PartitionFold.fold_batch`) accepts the common well-formed event itself and sends
+    (:meth:`ingest.folds.PartitionFold.fold_batch`) accepts the common well-formed event itself and sends
     everything else here; this is the one definition of what is valid."""
 
     __slots__ = ("_max_known", "known_boards")

@@ -2,7 +2,7 @@
 
 One partition's share of a board is never split (its watermark moves once); shares are merged into batches of
 at most ``max_players`` players where partitions allow. A board's share has one of three forms (summed deltas,
-folded clamps, ``earliest`` steps, see :mod:`ingest.window`); shares of different forms merge into the more
+folded clamps, ``earliest`` steps, see :mod:`ingest.folds`); shares of different forms merge into the more
 general one, in partition order. A partition's own dicts are adopted without copying while a batch holds only
 them, and copied before anything is merged in: a failed flush builds its batches again from the same folds.
 """
@@ -18,7 +18,7 @@ from hotboard.operators import fold as op_fold
 from hotboard.operators import summed
 
 if TYPE_CHECKING:
-    from ingest.window import PartitionFold
+    from ingest.folds import PartitionFold
 
 
 def merge(parts: dict[int, PartitionFold], max_players: int) -> tuple[list[BoardBatch], int]:

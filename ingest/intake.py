@@ -25,13 +25,13 @@ from hotboard.timing import Backoff, wait_or_stop
 from ingest import plain_event, seasons
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
+from ingest.folds import Folded
 from ingest.lenient_records import UNDECODABLE, lenient_fetches, lenient_walks, unreadable_header
 from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason
 from ingest.pending import Pending
 from ingest.redis_health import RedisHealth
 from ingest.settings import WorkerSettings
-from ingest.window import Folded
 
 log = logging.getLogger("hotboard.worker")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from flusher.batch import BoardBatch
 from ingest.batching import merge
-from ingest.window import DeadLetter, PartitionFold
+from ingest.folds import DeadLetter, PartitionFold
 
 
 @dataclass(slots=True)

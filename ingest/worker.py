@@ -14,7 +14,7 @@ Exactly-once rests on four rules:
 
 The pieces: :mod:`ingest.assignment` (the one owner of the partitions' state: pauses, positioning, halts),
 :mod:`ingest.checkpoint` (a window's checkpoint moves), :mod:`ingest.redis_health` (which Redis the state came
-from, and whether to resynchronise), :mod:`ingest.intake` (fetch and fold), :mod:`ingest.window` (the pure folds),
+from, and whether to resynchronise), :mod:`ingest.intake` (fetch and fold), :mod:`ingest.folds` (the pure folds),
 :mod:`ingest.dlq` (dead letters), :mod:`flusher` (the sink). This module is the lifecycle and the flush step.
 """
 

@@ -16,8 +16,8 @@ from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Decoder, InvalidEvent, boards_to_check, decode_all
 from hotboard.records import Record
 from ingest import plain_event
+from ingest.folds import PartitionFold
 from ingest.pending import Window
-from ingest.window import PartitionFold
 from tests.records import json_record, record, records_of
 
 
