@@ -34,7 +34,7 @@ from ingest.plain_event import decode_plain
 DeadLetter = tuple[Record, InvalidEvent]
 
 
-class Folded(NamedTuple):
+class FoldCounts(NamedTuple):
     """What one fold call did with its records (``invalid`` includes events their board's operator refuses)."""
 
     consumed: int
@@ -79,7 +79,7 @@ class PartitionFold:
     #: Invalid records waiting to be dead-lettered with this window.
     dead: list[DeadLetter] = field(default_factory=list)
 
-    def fold_batch(self, records: Sequence[Record], fast: dict[str, BoardDef], decoder: Decoder) -> Folded:
+    def fold_batch(self, records: Sequence[Record], fast: dict[str, BoardDef], decoder: Decoder) -> FoldCounts:
         """Fold plain ``incr`` events (no ``op``, no ``meta``) of boards in ``fast`` (past their watermark, and
         summed by their definition); returns how many records were consumed: all of them, or up to the first
         valid event that needs more (its watermark looked up, or another operator: the caller continues with
@@ -155,7 +155,7 @@ class PartitionFold:
             if done > invalid:
                 first_ts = codec.first_ts(records, done, decoder)
             self._settle(records, done, invalid, added, first_ts, last_ts)
-        return Folded(done, done - invalid, invalid, 0)
+        return FoldCounts(done, done - invalid, invalid, 0)
 
     def fold_checked(
         self,
@@ -165,7 +165,7 @@ class PartitionFold:
         clear: set[str],
         defs: Mapping[str, BoardDef | DefinitionError],
         fast: dict[str, BoardDef],
-    ) -> Folded:
+    ) -> FoldCounts:
         """The general fold: every operator, ``meta``, and each event checked against its board's watermark
         (``decoded`` holds each record's fields or why it is invalid, see :func:`decode_all`; every valid board
         must be in ``watermarks`` and ``defs``). An event at or below the watermark was applied already and is
@@ -220,7 +220,7 @@ class PartitionFold:
         finally:
             invalid = len(dead) - dead_before
             self._settle(records, done, invalid + duplicates, added, first_ts, last_ts)
-        return Folded(done, done - invalid - duplicates, invalid, duplicates)
+        return FoldCounts(done, done - invalid - duplicates, invalid, duplicates)
 
     def _apply(self, board: str, player: str, operator: str, amount: int, definition: BoardDef, ts: int | None) -> int:
         """Fold one event; returns how many pending entries it added (a player, or a step)."""

@@ -25,7 +25,7 @@ from hotboard.timing import Backoff, wait_or_stop
 from ingest import plain_event, seasons
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
-from ingest.folds import Folded
+from ingest.folds import FoldCounts
 from ingest.lenient_records import UNDECODABLE, lenient_fetches, lenient_walks, unreadable_header
 from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason
@@ -119,7 +119,7 @@ class Intake:
         m.events.labels("invalid").inc(invalid)
         m.events.labels("duplicate").inc(duplicate)
 
-    async def _fold_partition(self, tp: TopicPartition, records: list[Record]) -> list[Folded]:
+    async def _fold_partition(self, tp: TopicPartition, records: list[Record]) -> list[FoldCounts]:
         state = self._assignment.ready_state(tp.partition)
         if state is None or not records:
             return []  # not ours (any more) or not positioned yet: these records are fetched again
@@ -128,7 +128,7 @@ class Intake:
             i += 1  # re-delivered after a seek: folded already
         cap = self.settings.max_script_players
         step = max(100, cap // 4)
-        out: list[Folded] = []
+        out: list[FoldCounts] = []
         while i < len(records):
             chunk = records[i : i + step] if i or len(records) > step else records
             fold = self._pending.active.fold_for(tp.partition)
@@ -228,10 +228,10 @@ class Intake:
             if state.next_offset <= records[-1].offset:
                 return  # stopped by Redis, revoked or resynchronised: fetched again later
 
-    async def _fold_leniently(self, tp: TopicPartition, records: list[Record]) -> list[Folded]:
+    async def _fold_leniently(self, tp: TopicPartition, records: list[Record]) -> list[FoldCounts]:
         """Runs of readable records go through the usual fold; each unreadable one becomes a dead letter, in
         offset order, and only once the fold has reached it (a fold interrupted by a Redis error stops here)."""
-        out: list[Folded] = []
+        out: list[FoldCounts] = []
         run: list[Record] = []
         for record in [*records, None]:
             bad = None if record is None else unreadable_header(record)
