@@ -186,7 +186,7 @@ def collected(body: Callable[[], None]) -> None:
 def inner(case: str, count: int) -> None:
     it, measured = prepared(case, count)
     collected(lambda: fold_all(it, measured))
-    folded = sum(f.events for w in (it._pending.active, *it._pending.sealed) for f in w.parts.values())
+    folded = sum(f.events for w in (it._pending.active, *it._pending.sealed) for f in w.folds.values())
     print(f"folded {folded}")
 
 

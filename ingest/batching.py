@@ -21,14 +21,14 @@ if TYPE_CHECKING:
     from ingest.folds import PartitionFold
 
 
-def merge(parts: dict[int, PartitionFold], max_players: int) -> tuple[list[BoardBatch], int]:
+def merge(folds: dict[int, PartitionFold], max_players: int) -> tuple[list[BoardBatch], int]:
     """The batches, and how many deltas were held at +-MAX_EXACT (a window's sum can pass 2^53 when each event
     does not). Partitions of one player rarely overlap (the record key is the player id), so the common case is
     adopting one partition's dict without copying it; summed shares take a short path (no share object, no
     form checks), which is most of the work when a window touches 100,000 small boards."""
     out: list[BoardBatch] = []
     open_batch: dict[str, BoardBatch] = {}
-    for partition, fold in parts.items():
+    for partition, fold in folds.items():
         offset = fold.last_offset
         defs, fast, metas = fold.defs, fold.fast, fold.metas
         for board, deltas in fold.boards.items():

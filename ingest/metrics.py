@@ -118,7 +118,7 @@ class WorkerMetrics:
             self.flush_seconds.observe(duration_s)
         self.saturated.inc(saturated + sum(r.saturated for r in results))
         now_ms = time.time() * 1000
-        for fold in window.parts.values():
+        for fold in window.folds.values():
             for ts in (fold.min_ts_ms, fold.max_ts_ms):
                 if ts is not None:
                     self.freshness_seconds.observe(max(0.0, (now_ms - ts) / 1000))

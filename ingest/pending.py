@@ -15,52 +15,52 @@ from ingest.folds import DeadLetter, PartitionFold
 class Window:
     """Pending work of every assigned partition since the last successful flush."""
 
-    parts: dict[int, PartitionFold] = field(default_factory=dict)
+    folds: dict[int, PartitionFold] = field(default_factory=dict)
 
     def fold_for(self, partition: int) -> PartitionFold:
-        fold = self.parts.get(partition)
+        fold = self.folds.get(partition)
         if fold is None:
-            fold = self.parts[partition] = PartitionFold()
+            fold = self.folds[partition] = PartitionFold()
         return fold
 
     @property
     def entries(self) -> int:
         """Pending board-player pairs (an upper bound when producers split one player over partitions)."""
-        return sum(fold.entries for fold in self.parts.values())
+        return sum(fold.entries for fold in self.folds.values())
 
     @property
     def events(self) -> int:
-        return sum(fold.events for fold in self.parts.values())
+        return sum(fold.events for fold in self.folds.values())
 
     @property
     def dead_count(self) -> int:
-        return sum(len(fold.dead) for fold in self.parts.values())
+        return sum(len(fold.dead) for fold in self.folds.values())
 
     def is_empty(self) -> bool:
-        return all(fold.last_offset < 0 for fold in self.parts.values())
+        return all(fold.last_offset < 0 for fold in self.folds.values())
 
     def largest_board(self) -> int:
         """Most players any one partition holds for any one board: what one script would carry at least."""
-        return max((fold.largest_board() for fold in self.parts.values()), default=0)
+        return max((fold.largest_board() for fold in self.folds.values()), default=0)
 
     def take_dead_letters(self) -> list[DeadLetter]:
-        letters = [letter for fold in self.parts.values() for letter in fold.dead]
-        for fold in self.parts.values():
+        letters = [letter for fold in self.folds.values() for letter in fold.dead]
+        for fold in self.folds.values():
             fold.dead = []
         return letters
 
     def drop(self, partitions: Iterable[int]) -> None:
         for partition in partitions:
-            self.parts.pop(partition, None)
+            self.folds.pop(partition, None)
 
     def offsets(self) -> dict[int, int]:
         """partition -> last folded offset, for partitions that folded anything."""
-        return {p: fold.last_offset for p, fold in self.parts.items() if fold.last_offset >= 0}
+        return {p: fold.last_offset for p, fold in self.folds.items() if fold.last_offset >= 0}
 
     def batches(self, max_players: int) -> tuple[list[BoardBatch], int]:
         """The window as board batches of at most ``max_players`` players where partitions allow, and how many
         deltas were held at +-MAX_EXACT (:func:`ingest.batching.merge`)."""
-        return merge(self.parts, max_players)
+        return merge(self.folds, max_players)
 
 
 @dataclass(slots=True)
@@ -79,7 +79,7 @@ class Pending:
         """Every board with pending work from ``partition``, in any window."""
         out: set[str] = set()
         for window in (self.active, *self.sealed):
-            fold = window.parts.get(partition)
+            fold = window.folds.get(partition)
             if fold is not None:
                 out.update(fold.boards, fold.ops, fold.steps)
         return out
@@ -93,7 +93,7 @@ class Pending:
         gone = set(partitions)
         for window in (self.active, *self.sealed):
             window.drop(gone)
-        self.sealed = [w for w in self.sealed if w.parts]
+        self.sealed = [w for w in self.sealed if w.folds]
 
     def clear(self) -> None:
         self.active = Window()

@@ -456,7 +456,7 @@ class Worker:
         if self._on_flush is not None:
             self._on_flush(FlushReport(started, duration, window.offsets(), window.events, window.entries, results))
         # 5. commit Kafka offsets: lag monitoring only, Redis checkpoints are the truth
-        await self._commit(self._assignment.checkpoints(window.parts))
+        await self._commit(self._assignment.checkpoints(window.folds))
         self._update_backpressure()
         return True
 

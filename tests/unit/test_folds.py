@@ -61,7 +61,7 @@ def test_merge_across_partitions_sums_and_names_every_partition() -> None:
     assert batches["g"].offsets == {0: 10, 1: 20, 2: 31}
     assert batches["other"].offsets == {2: 31}
     # merging never mutates a partition's own dict (it is retried as is after a failed flush)
-    assert w.parts[0].boards["g"] == {"a": 1}
+    assert w.folds[0].boards["g"] == {"a": 1}
 
 
 def test_batches_stay_within_max_players_without_splitting_a_partition() -> None:
@@ -254,7 +254,7 @@ def test_shares_of_different_forms_merge_in_partition_order() -> None:
     [batch] = w.batches(100)[0]
     assert batch.states is not None and batch.deltas == {} and batch.offsets == {0: 0, 1: 1}
     assert result(batch.states["x"], 100) == 4 and result(batch.states["x"], None) == 4
-    assert w.parts[0].boards["g"] == {"x": 5} and "x" in w.parts[1].ops["g"]
+    assert w.folds[0].boards["g"] == {"x": 5} and "x" in w.folds[1].ops["g"]
     [again] = w.batches(100)[0]
     assert again.states == batch.states
 
