@@ -29,6 +29,7 @@ from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy, send_raw
 from tests.integration.harness import (
     Feeder,
+    WorkerProcess,
     checkpoint,
     log_starts_at,
     read_boards,
@@ -49,6 +50,19 @@ pytestmark = pytest.mark.integration
 # ---------------------------------------------------------------- 1. a rebalance during the flush backoff
 
 
+def _flushing_then_cut(
+    spawn: Spawn, kafka: str, proxy: TcpProxy, topic: str, events: Sequence[Event], *, backoff_max_s: int
+) -> tuple[WorkerProcess, Feeder]:
+    """A worker behind ``proxy`` flushing while ``events`` flow at 2,500/s, then cut off from Redis."""
+    first = spawn(proxy.url, topic, "first", extra_env={"HOTBOARD_BACKOFF_MAX_S": str(backoff_max_s)})
+    first.wait_ready()
+    feeder = Feeder(kafka, topic, events, rate=2500)
+    feeder.start()
+    first.wait_metric("hotboard_windows_total", 2, result="flushed")
+    proxy.cut()
+    return first, feeder
+
+
 def test_rebalance_while_cut_off_from_redis_counts_nothing_twice(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
@@ -57,12 +71,7 @@ def test_rebalance_while_cut_off_from_redis_counts_nothing_twice(
     topic = topic_factory(8)
     events = skewed_events(30_000, seed=23)
     with TcpProxy(redis_server.port) as proxy:
-        first = spawn(proxy.url, topic, "first", extra_env={"HOTBOARD_BACKOFF_MAX_S": "1"})
-        first.wait_ready()
-        feeder = Feeder(kafka, topic, events, rate=2500)
-        feeder.start()
-        first.wait_metric("hotboard_windows_total", 2, result="flushed")
-        proxy.cut()
+        first, feeder = _flushing_then_cut(spawn, kafka, proxy, topic, events, backoff_max_s=1)
         first.wait_metric("hotboard_windows_total", 1, result="failed")
         folded = first.metric("hotboard_events_total", result="applied")
         first.wait_metric("hotboard_events_total", folded + 2000, result="applied")  # pending while cut off
@@ -85,12 +94,7 @@ def test_a_rebalance_right_after_redis_heals_during_the_backoff(
     topic = topic_factory(8)
     events = skewed_events(30_000, seed=23)
     with TcpProxy(redis_server.port) as proxy:
-        first = spawn(proxy.url, topic, "first", extra_env={"HOTBOARD_BACKOFF_MAX_S": "20"})
-        first.wait_ready()
-        feeder = Feeder(kafka, topic, events, rate=2500)
-        feeder.start()
-        first.wait_metric("hotboard_windows_total", 2, result="flushed")
-        proxy.cut()
+        first, feeder = _flushing_then_cut(spawn, kafka, proxy, topic, events, backoff_max_s=20)
         first.wait_metric("hotboard_windows_total", 8, result="failed", timeout_s=90)  # next backoff: 10-20 s
         proxy.restore()
         second = spawn(redis_server.url, topic if joiner == "same_topic" else topic_factory(1), "second")
