@@ -6,6 +6,8 @@ path and on the full app alike; ``/v1/boards`` pages past the junk, and every ``
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -186,3 +188,43 @@ def test_a_real_server_answers_stored_junk_without_a_500(redis_url: str, tmp_pat
             assert _error(response) == (503, "corrupt_data"), (path, response.text)
         listing = http.get("/v1/boards", params={"limit": 1})
         assert listing.status_code == 200 and orjson.loads(listing.content)["boards"][0]["board"] == "ok"
+
+
+def _redis_cli(url: str, *args: str | bytes) -> str:
+    """What the operator types (docs/runbooks.md, HotboardApiErrors)."""
+    done = subprocess.run(["redis-cli", "-u", url, *args], capture_output=True, check=True)
+    return done.stdout.decode(errors="replace").strip()
+
+
+def _hotboard(*args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "hotboard.cli", *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+async def test_the_runbooks_remedies_for_corrupt_data_make_every_answer_whole_again(
+    client: httpx.AsyncClient, redis_client: Redis, redis_url: str
+) -> None:
+    """The remedies HotboardApiErrors gives for each ``corrupt_data`` key, run as written with redis-cli and
+    ``hotboard boards create``: the board answers 200 again and the listing holds nothing it must page past."""
+    seed_junk_definitions(redis_url)
+    await _seed_board(redis_client, "junk-keep")
+    await _seed_board(redis_client, "m")
+    await redis_client.hset(keys.player_meta_key("m"), mapping={"a": _deep_meta(253), "b": b'{"ok": 1}'})
+    await redis_client.zadd(keys.BOARD_INDEX_KEY, {**dict.fromkeys(JUNK_NAMES, 0), b"m": 0, b"junk-keep": 0})
+    assert _error(await client.get("/v1/boards/junk-keep/top")) == (503, "corrupt_data")
+    assert _error(await client.get("/v1/boards/m/players/a")) == (503, "corrupt_data")
+
+    # hb:{B}:def never written by hotboard: DEL it and declare the board again
+    _redis_cli(redis_url, "DEL", keys.def_key("junk-keep"))
+    _hotboard("boards", "create", "junk-keep", "--redis", redis_url)
+    # hb:{B}:pmeta: the message names the player; HDEL that field
+    _redis_cli(redis_url, "HDEL", keys.player_meta_key("m"), "a")
+    # hb:board-index: ZRANGEBYLEX shows the members that are not board names; ZREM them
+    _redis_cli(redis_url, "ZREM", keys.BOARD_INDEX_KEY, *JUNK_NAMES)
+
+    for path in (*_both_ways("junk-keep", "/top"), *_both_ways("m", "/players/a"), "/v1/boards/m/players?ids=a,b"):
+        assert (await client.get(path)).status_code == 200, path
+    index = await redis_client.zrangebylex(keys.BOARD_INDEX_KEY, "-", "+")
+    assert sorted(index) == [b"junk-keep", b"m"]
+    listed, _ = await _listing(client, limit=1)
+    assert [row["board"] for row in listed] == ["junk-keep", "m"]
