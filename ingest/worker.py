@@ -100,9 +100,14 @@ class Worker:
         #: An injected client is its owner's to close, and has not connected yet: its connections are checked too.
         self._owns_redis = redis is None
         if redis is None:
-            redis = Redis.from_url(s.redis, socket_timeout=s.redis_timeout_s, socket_connect_timeout=s.redis_timeout_s)
-        # every new connection, of our own client or an injected one, is checked against the known server
-        redis.connection_pool.connection_kwargs["redis_connect_func"] = self._identity.on_connect
+            redis = Redis.from_url(
+                s.redis,
+                socket_timeout=s.redis_timeout_s,
+                socket_connect_timeout=s.redis_timeout_s,
+                redis_connect_func=self._identity.on_connect,
+            )
+        else:
+            redis.connection_pool.connection_kwargs["redis_connect_func"] = self._identity.on_connect
         self._redis = redis
         self._sink = RedisSink(redis, s.topic, s.max_script_players)
         self._consumer = AIOKafkaConsumer(**consumer_config(s))
