@@ -41,9 +41,9 @@ from typing import Any
 
 import redis
 
+from cli.devstack import RedisServer
+from cli.process import LOOPBACK, Child, free_port, port_open
 from hotboard import keys
-from hotboard.devstack import RedisServer
-from hotboard.process import LOOPBACK, Child, free_port, port_open
 
 BOARD = "bench"
 FILL_CHUNK = 100_000
@@ -309,7 +309,7 @@ def start_api(redis_url: str, log: Path, cache_size: int, http: str = "bounded")
     command = [
         sys.executable,
         "-m",
-        "hotboard.cli",
+        "cli.main",
         "--log-level",
         "WARNING",
         "api",

@@ -31,13 +31,13 @@ from types import SimpleNamespace
 import orjson
 from redis.asyncio import Redis
 
+from cli.devstack import RedisServer, free_port
 from flusher import redis_sink, wire
 from flusher.batch import BoardBatch
 from flusher.redis_sink import RedisSink
 from hotboard import board_store, lua
 from hotboard.boards import DEFAULT
 from hotboard.codec import Decoder
-from hotboard.devstack import RedisServer, free_port
 from hotboard.script import Script
 from ingest.pending import Window
 

@@ -36,11 +36,11 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from cli.loadgen import generate
 from flusher.batch import NO_WATERMARK
 from hotboard.board_store import DefinitionCache
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError
 from hotboard.codec import Event, encode
-from hotboard.loadgen import generate
 from hotboard.timing import Backoff
 from ingest.assignment import Assignment
 from ingest.intake import Intake

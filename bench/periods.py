@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
+from cli.devstack import RedisServer, free_port
 from hotboard import board_store, keys
 from hotboard.boards import BoardDef
-from hotboard.devstack import RedisServer, free_port
 from hotboard.periods import period_board
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
+from cli.devstack import RedisServer, free_port
 from flusher.batch import BoardBatch
 from flusher.redis_sink import RedisSink
 from hotboard import board_store
 from hotboard.boards import BoardDef
-from hotboard.devstack import RedisServer, free_port
 from hotboard.operators import event, fold
 
 VARIANTS = {

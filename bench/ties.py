@@ -26,10 +26,10 @@ from pathlib import Path
 import uvloop
 from redis.asyncio import Redis
 
+from cli.devstack import RedisServer
+from cli.process import free_port
 from hotboard import board_store, keys
 from hotboard.boards import TIE_DIGITS, BoardDef
-from hotboard.devstack import RedisServer
-from hotboard.process import free_port
 from reader_api.snapshot import Snapshots
 
 VARIANTS = ("lexical", "shared", "dense", "earliest")

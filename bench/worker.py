@@ -40,6 +40,9 @@ from orjson import loads
 from redis.asyncio import Redis
 
 from bench import fold_cost
+from cli.devstack import KafkaBroker, RedisServer, create_topic, free_port
+from cli.loadgen import generate, publish
+from cli.process import spawn, stop_process
 from flusher.batch import (
     BOOKKEEPING_WRITES_PER_BOARD,
     CHECKPOINT_WRITES_PER_PARTITION,
@@ -50,9 +53,6 @@ from flusher.batch import (
 from flusher.redis_sink import RedisSink
 from hotboard import keys
 from hotboard.codec import Event
-from hotboard.devstack import KafkaBroker, RedisServer, create_topic, free_port
-from hotboard.loadgen import generate, publish
-from hotboard.process import spawn, stop_process
 from ingest.kafka_config import consumer_config
 from ingest.settings import WorkerSettings
 from ingest.worker import FlushReport, Worker

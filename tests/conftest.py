@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from hotboard.devstack import RedisServer, create_topic
+from cli.devstack import RedisServer, create_topic
 from tests.services import REDIS_ENV, embedded_redis, kafka_bootstrap
 
 _topic_ids = itertools.count()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hotboard.devstack import KafkaBroker, RedisServer, StackError
-from hotboard.process import free_port
+from cli.devstack import KafkaBroker, RedisServer, StackError
+from cli.process import free_port
 
 KAFKA_ENV = "HOTBOARD_TEST_KAFKA"
 REDIS_ENV = "HOTBOARD_TEST_REDIS"

@@ -11,7 +11,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.record.util import calc_crc32c
 
-from hotboard.devstack import free_port
+from cli.devstack import free_port
 
 #: Where a v2 record batch's records (compressed or not) begin, after its 61-byte header.
 _RECORDS_AT = 61

@@ -24,12 +24,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
+from cli.devstack import free_port
+from cli.loadgen import PublishStats, generate, publish
+from cli.process import spawn, stop_process
 from hotboard import keys
 from hotboard.boards import BoardDef
 from hotboard.codec import Event, encode
-from hotboard.devstack import free_port
-from hotboard.loadgen import PublishStats, generate, publish
-from hotboard.process import spawn, stop_process
 from hotboard.records import Record
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
@@ -196,7 +196,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         with self.log_path.open("ab") as log:
             log.write(f"--- start {self.starts}\n".encode())
-        self.proc = spawn([sys.executable, "-m", "hotboard.cli", "worker"], self.log_path, env=self.env)
+        self.proc = spawn([sys.executable, "-m", "cli.main", "worker"], self.log_path, env=self.env)
         self.starts += 1
         return self
 

@@ -15,7 +15,7 @@ import jsonschema_rs
 from prometheus_client import generate_latest
 from starlette.applications import Starlette
 
-from hotboard.process import LOOPBACK, Child, free_port, url_answers
+from cli.process import LOOPBACK, Child, free_port, url_answers
 from reader_api.openapi import REF, document
 
 _SCHEMAS = document("hotboard read API", "test", "", 8192)["components"]
@@ -93,7 +93,7 @@ def api_server(
     command = [
         sys.executable,
         "-m",
-        "hotboard.cli",
+        "cli.main",
         "api",
         "--host",
         LOOPBACK,

@@ -12,10 +12,10 @@ from urllib.parse import quote
 import pytest
 import redis
 
+from cli.devstack import RedisServer
+from cli.main import main
+from cli.process import LOOPBACK, free_port
 from hotboard import keys
-from hotboard.cli import main
-from hotboard.devstack import RedisServer
-from hotboard.process import LOOPBACK, free_port
 from tests.integration.harness import JUNK_DEFINITIONS, seed_junk_definitions
 
 pytestmark = pytest.mark.integration

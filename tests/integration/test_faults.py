@@ -15,11 +15,11 @@ import redis
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
+from cli.devstack import RedisServer
+from cli.loadgen import publish
 from flusher.batch import BoardBatch, BoardResult, ExpectedWatermark
 from hotboard import keys
 from hotboard.codec import Event
-from hotboard.devstack import RedisServer
-from hotboard.loadgen import publish
 from ingest import dlq
 from ingest.kafka_config import consumer_config
 from ingest.partitions import HaltReason

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import orjson
 import pytest
 
-from hotboard.devstack import RedisServer
+from cli.devstack import RedisServer
 from tests.integration.conftest import Spawn
 from tests.integration.harness import Feeder, kill_while_feeding, wait_exact, wait_for
 

@@ -12,9 +12,9 @@ import orjson
 import pytest
 import redis
 
+from cli.devstack import RedisServer
 from hotboard import keys
 from hotboard.codec import Event
-from hotboard.devstack import RedisServer
 from ingest.partitions import HaltReason
 from ingest.worker import Worker
 from tests.integration.faults import Raw, TcpProxy, send_raw

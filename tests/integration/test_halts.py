@@ -18,10 +18,10 @@ from aiokafka import TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 from redis.asyncio import Redis
 
+from cli.devstack import RedisServer
+from cli.loadgen import publish
 from hotboard import keys
 from hotboard.codec import Event
-from hotboard.devstack import RedisServer
-from hotboard.loadgen import publish
 from ingest.partitions import HaltReason
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from cli.devstack import RedisServer
 from hotboard.codec import encode
-from hotboard.devstack import RedisServer
 from ingest.worker import Worker
 from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy, send_raw

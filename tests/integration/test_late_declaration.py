@@ -11,9 +11,9 @@ from collections.abc import Callable
 import pytest
 import redis
 
+from cli.devstack import RedisServer
 from hotboard import board_store, keys
 from hotboard.boards import BoardDef
-from hotboard.devstack import RedisServer
 from tests.integration.conftest import Spawn
 from tests.integration.harness import Feeder, wait_for
 from tests.semantics import Ev

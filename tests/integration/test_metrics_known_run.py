@@ -18,10 +18,10 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from redis.asyncio import Redis
 
+from cli.devstack import free_port
+from cli.loadgen import generate, publish
 from hotboard.codec import Reason
-from hotboard.devstack import free_port
 from hotboard.keys import board_key
-from hotboard.loadgen import generate, publish
 from ingest.settings import WorkerSettings
 from ingest.worker import FlushReport, Worker
 

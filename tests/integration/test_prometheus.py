@@ -31,9 +31,9 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
+from cli.loadgen import generate, publish
+from cli.process import LOOPBACK, Child, free_port, url_answers
 from hotboard.keys import board_key
-from hotboard.loadgen import generate, publish
-from hotboard.process import LOOPBACK, Child, free_port, url_answers
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
 from tests.integration.reader_harness import api_server

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from cli.devstack import RedisServer
 from hotboard import keys
-from hotboard.devstack import RedisServer
 from reader_api.answers import ErrorBody, FriendsList, Neighbourhood, PlayerRank, TopPage
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from cli.loadgen import publish
 from hotboard.codec import Event
-from hotboard.loadgen import publish
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
 from reader_api.app import create_app

@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from bench.api import MiB, pipelined_flood
+from cli.devstack import LOOPBACK, free_port
 from hotboard import keys
-from hotboard.devstack import LOOPBACK, free_port
 from tests.integration.reader_harness import ApiServer, api_server
 
 pytestmark = pytest.mark.integration

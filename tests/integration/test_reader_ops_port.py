@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from cli.devstack import LOOPBACK
 from hotboard import keys
-from hotboard.devstack import LOOPBACK
 from tests.integration.reader_harness import api_server
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ import pytest
 import redis
 from redis.exceptions import NoPermissionError
 
+from cli.devstack import LOOPBACK, RedisServer, free_port
 from hotboard import keys
 from hotboard.boards import BoardDef
-from hotboard.devstack import LOOPBACK, RedisServer, free_port
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
 from tests.integration.conftest import Spawn

@@ -197,7 +197,7 @@ def _redis_cli(url: str, *args: str | bytes) -> str:
 
 
 def _hotboard(*args: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "hotboard.cli", *args], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
 

@@ -13,8 +13,8 @@ import orjson
 import pytest
 import redis
 
-from hotboard.devstack import RedisServer
-from hotboard.process import free_port
+from cli.devstack import RedisServer
+from cli.process import free_port
 from ingest.worker import Worker
 from tests.integration.faults import Raw, send_raw
 from tests.integration.harness import (
@@ -63,7 +63,7 @@ def test_a_worker_refuses_a_redis_that_may_evict_keys(
             kafka=kafka, redis_url=server.url, topic=topic, group=f"g-{topic}", log_dir=tmp_path, name="w"
         )
         run = subprocess.run(
-            [sys.executable, "-m", "hotboard.cli", "worker"], env=w.env, capture_output=True, timeout=60, check=False
+            [sys.executable, "-m", "cli.main", "worker"], env=w.env, capture_output=True, timeout=60, check=False
         )
         assert run.returncode == 2, run.stderr.decode()[-2000:]
         last = run.stderr.decode().strip().splitlines()[-1]

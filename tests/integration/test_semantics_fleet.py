@@ -11,9 +11,9 @@ from typing import cast
 import pytest
 import redis
 
+from cli.devstack import RedisServer
 from hotboard import keys
 from hotboard.boards import BoardDef
-from hotboard.devstack import RedisServer
 from tests.integration.conftest import Spawn
 from tests.integration.harness import Feeder, declare_boards, kill_while_feeding, read_topic, wait_for
 from tests.semantics import Ev, comparable, random_events, read_board, reference

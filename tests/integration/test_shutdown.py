@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from hotboard.devstack import RedisServer
+from cli.devstack import RedisServer
 from ingest.worker import Worker
 from tests.integration.conftest import Spawn
 from tests.integration.faults import Raw, send_raw

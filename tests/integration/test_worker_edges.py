@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from cli.devstack import RedisServer, free_port, port_open
 from hotboard import keys
 from hotboard.codec import Event, encode
-from hotboard.devstack import RedisServer, free_port, port_open
 from ingest.dlq import ERROR_HEADER, SOURCE_HEADER
 from tests.integration.conftest import Spawn
 from tests.integration.harness import (
@@ -125,7 +125,7 @@ def test_unreachable_kafka_exits_nonzero_with_a_clear_message(tmp_path: Path) ->
     env = {**os.environ, "HOTBOARD_KAFKA_START_TIMEOUT_S": "3", "HOTBOARD_METRICS_PORT": "0"}
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "hotboard.cli", "worker", "--kafka", f"127.0.0.1:{closed}"],
+        [sys.executable, "-m", "cli.main", "worker", "--kafka", f"127.0.0.1:{closed}"],
         env=env,
         capture_output=True,
         timeout=60,
@@ -144,7 +144,7 @@ def test_demo_fills_boards_and_ctrl_c_stops_everything() -> None:
         [
             sys.executable,
             "-m",
-            "hotboard.cli",
+            "cli.main",
             "demo",
             "--kafka-port",
             str(ports["kafka"]),
@@ -197,7 +197,7 @@ def test_dev_refuses_a_taken_port_with_a_clear_error() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "hotboard.cli", "dev", "--kafka-port", str(port), "--redis-port", str(free_port())],
+            [sys.executable, "-m", "cli.main", "dev", "--kafka-port", str(port), "--redis-port", str(free_port())],
             capture_output=True,
             timeout=60,
         )

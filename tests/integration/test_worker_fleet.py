@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
+from cli.devstack import RedisServer
 from hotboard import lua
-from hotboard.devstack import RedisServer
 from hotboard.script import digest
 from tests.integration.conftest import Spawn
 from tests.integration.faults import TcpProxy

@@ -11,11 +11,11 @@ import pytest
 from pydantic_settings import BaseSettings
 
 import hotboard
-from hotboard.cli import build_parser, main
+from cli.api import ALIASES
+from cli.main import build_parser, main
+from cli.options import env_var, option, settings_from
 from hotboard.settings import LogSettings
-from hotboard.settings_cli import env_var, option, settings_from
 from ingest.settings import WorkerSettings
-from reader_api.cli import ALIASES
 from reader_api.settings import ApiSettings
 
 CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from hotboard.devstack import free_port
+from cli.devstack import free_port
 from ingest.ops_http import serve_ops
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hotboard.process import Child, StartError, free_port, port_open, stop_all, url_answers
+from cli.process import Child, StartError, free_port, port_open, stop_all, url_answers
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 STUBBORN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"]

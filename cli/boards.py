@@ -1,8 +1,8 @@
 """``hotboard boards create|list|show``: declare and inspect board definitions (``hb:{B}:def``).
 
 The storage rules live in :mod:`hotboard.board_store`; this module only parses, prints and maps outcomes to
-exit codes: 0 done, 1 no such board, 2 refused or invalid, 3 Redis unreachable. The ``--redis`` option comes
-from the settings class the shell passes in (the base package must not import a process kind's settings).
+exit codes (:mod:`cli.exits`): 0 done, 1 no such board, 2 refused or invalid, 3 Redis unreachable. The
+``--redis`` option is the worker's (``HOTBOARD_REDIS``), so both talk to the same Redis by default.
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from cli.exits import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
+from cli.options import add_options, settings_from
 from hotboard import board_store, keys, redis_url
 from hotboard import boards as b
 from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
 from hotboard.safe_text import escape, redact, redact_url
-from hotboard.settings_cli import add_options, settings_from
+from ingest.settings import WorkerSettings
 
-EXIT_NOT_FOUND = 1
-EXIT_CONFIG = 2  # the same codes as hotboard.cli (which imports this module)
-EXIT_UNAVAILABLE = 3
 #: Boards read per round trip pair by ``list`` (board_store.page): bounded replies whatever the board count.
 PAGE_SIZE = 100
 
@@ -46,8 +45,8 @@ class Refused(Exception):
         self.code = code
 
 
-def add_parser(sub: Any, settings: type[BaseSettings]) -> None:
-    """Register ``boards``; ``settings`` supplies ``--redis`` (and HOTBOARD_REDIS) like the other commands."""
+def add_parser(sub: Any, settings: type[BaseSettings] = WorkerSettings) -> None:
+    """Register ``boards``; ``settings`` supplies ``--redis`` (and its environment variable)."""
     if "redis" not in settings.model_fields:
         raise TypeError(f"{settings.__name__} has no redis field")
     p = sub.add_parser("boards", help="declare and inspect board definitions (order, operator, ties, seasons)")

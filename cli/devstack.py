@@ -24,7 +24,7 @@ from typing import Self
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from hotboard.process import LOOPBACK, Child, StartError, free_port, port_open, stop_process
+from cli.process import LOOPBACK, Child, StartError, free_port, port_open, stop_process
 
 __all__ = [
     "LOOPBACK",

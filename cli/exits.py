@@ -1,0 +1,9 @@
+"""Exit codes every ``hotboard`` command shares, so scripts and orchestrators can tell outcomes apart."""
+
+EXIT_OK = 0
+#: The named board (or other object) does not exist.
+EXIT_NOT_FOUND = 1
+#: Invalid settings, arguments or input, or a refused request: retrying unchanged will not help.
+EXIT_CONFIG = 2
+#: A server (Kafka, Redis) could not be reached in time: retrying later may help.
+EXIT_UNAVAILABLE = 3

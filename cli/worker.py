@@ -1,0 +1,42 @@
+"""``hotboard worker``: run one worker of the fleet until SIGTERM drains it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any
+
+from cli.exits import EXIT_CONFIG, EXIT_UNAVAILABLE
+from cli.options import add_options, settings_from
+from flusher.server import EvictionPolicyError
+from hotboard import redis_url
+from ingest.kafka_config import KafkaUnavailable
+from ingest.settings import WorkerSettings
+from ingest.worker import Worker
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("worker", help="run one worker (scale out by starting more with the same --group)")
+    add_options(p, WorkerSettings)
+    p.set_defaults(run=cmd_worker)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    settings = settings_from(WorkerSettings, args)
+    redis_url.check(settings.redis)
+
+    async def main() -> None:
+        async with Worker(settings) as worker:
+            await worker.run()
+
+    try:
+        asyncio.run(main())
+    except KafkaUnavailable as exc:
+        logging.getLogger("hotboard").error("%s", exc)
+        return EXIT_UNAVAILABLE
+    except EvictionPolicyError as exc:
+        print(f"hotboard worker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return 0
