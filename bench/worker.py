@@ -766,7 +766,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--gc-freeze",
         action="store_true",
-        help="keep the benchmark's own copy of the events out of the cyclic GC (off: the figures of issue 17)",
+        help="keep the benchmark's own copy of the events out of the cyclic GC (off: as recorded)",
     )
     ap.add_argument("--skip-callgrind", action="store_true", help="no fold instruction counts, no memory figure")
     ap.add_argument("--pyspy", metavar="FILE", help="py-spy raw stacks of the worker phase (perturbs figures)")

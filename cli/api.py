@@ -14,7 +14,7 @@ from reader_api.app import create_app
 from reader_api.server import Limits, protocol_class
 from reader_api.settings import ApiSettings
 
-#: Short spellings kept from before the options were generated (``--api-host`` etc. work too).
+#: Short spellings of the most used options (the generated ``--api-host`` etc. work too).
 ALIASES = {"api_host": ["--host"], "api_port": ["--port"], "api_cache_size": ["--cache-size"]}
 
 

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 ERROR_HEADER = "hotboard-error"
 SOURCE_HEADER = "hotboard-source"
+#: The reason header is cut to this: a letter's headers must fit beside its capped value.
+MAX_ERROR_HEADER_BYTES = 1024
 #: Set when the value (or key) was cut: the original length in bytes, and the SHA-256 of the original.
 VALUE_SIZE_HEADER = "hotboard-value-size"
 VALUE_SHA256_HEADER = "hotboard-value-sha256"
@@ -76,7 +78,7 @@ def build(
     max_bytes: int,
 ) -> Letter:
     own: list[tuple[str, bytes]] = [
-        (ERROR_HEADER, error.encode()[:1024]),
+        (ERROR_HEADER, error.encode()[:MAX_ERROR_HEADER_BYTES]),
         (SOURCE_HEADER, f"{topic}:{partition}:{offset}".encode()),
     ]
     nulls = [name for name, part in (("key", key), ("value", value)) if part is None]

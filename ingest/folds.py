@@ -30,6 +30,8 @@ from hotboard.operators import summed
 from hotboard.records import Record
 from ingest.plain_event import decode_plain
 
+#: A stored definition that cannot be read is quoted in each dead letter, cut to this.
+MAX_DETAIL_CHARS = 300
 #: (the consumed record, why it is invalid). Kept in the window like a delta until its flush.
 DeadLetter = tuple[Record, InvalidEvent]
 
@@ -192,7 +194,7 @@ class PartitionFold:
                 # (the flush script refuses the window if this one is stale).
                 found = self.defs.get(board) or (self.fast.get(board) if board in self.boards else None) or defs[board]
                 if isinstance(found, DefinitionError):
-                    dead.append((record, InvalidEvent(Reason.BAD_DEFINITION, str(found)[:300])))
+                    dead.append((record, InvalidEvent(Reason.BAD_DEFINITION, str(found)[:MAX_DETAIL_CHARS])))
                     continue
                 definition = found
                 operator = op or definition.operator

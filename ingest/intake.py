@@ -33,6 +33,15 @@ from ingest.pending import Pending
 from ingest.redis_health import RedisHealth
 from ingest.settings import WorkerSettings
 
+#: How long one poll waits for records: short, so a window's tick and a stop request are met within it.
+FETCH_WAIT_MS = 100
+#: Folds go in chunks of a quarter of ``max_script_players`` (at least this many records): the seal check
+#: between chunks then keeps any board's share of a window below 1.25 x the cap.
+CHUNKS_PER_SCRIPT = 4
+MIN_CHUNK_RECORDS = 100
+#: A halt reason is stored in Redis and shown on /readyz: an exception's repr is cut to this.
+MAX_REASON_CHARS = 500
+
 log = logging.getLogger("hotboard.worker")
 
 _HEADERS = attrgetter("headers")
@@ -70,7 +79,7 @@ class Intake:
         """One fetch, folded. True when it folded records (the caller re-checks backpressure)."""
         self.forget_idle()
         try:
-            batch = await self._consumer.getmany(timeout_ms=100, max_records=self.settings.max_poll_records)
+            batch = await self._consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=self.settings.max_poll_records)
         except OffsetOutOfRangeError as exc:
             await self._assignment.out_of_range(exc.args[0] if exc.args else {})
             return False
@@ -127,7 +136,7 @@ class Intake:
         while i < len(records) and records[i].offset < state.next_offset:
             i += 1  # re-delivered after a seek: folded already
         cap = self.settings.max_script_players
-        step = max(100, cap // 4)
+        step = max(MIN_CHUNK_RECORDS, cap // CHUNKS_PER_SCRIPT)
         out: list[FoldCounts] = []
         while i < len(records):
             chunk = records[i : i + step] if i or len(records) > step else records
@@ -220,7 +229,7 @@ class Intake:
                 records = (await self._consumer.getmany(tp, timeout_ms=1000, max_records=1)).get(tp, [])
             except UNDECODABLE as exc:
                 reason = f"the record batch at offset {state.next_offset} cannot be decoded: {exc!r}"
-                self._assignment.halt(state, Halt(HaltReason.UNREADABLE, reason[:500]))
+                self._assignment.halt(state, Halt(HaltReason.UNREADABLE, reason[:MAX_REASON_CHARS]))
                 return
             if not records:
                 return  # nothing fetched in time: the next poll meets it again

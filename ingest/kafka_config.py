@@ -23,6 +23,25 @@ class KafkaUnavailable(RuntimeError):
     """Kafka did not answer within ``kafka_start_timeout_s``."""
 
 
+#: Six heartbeats per session timeout (Kafka asks for at most a third): a missed one or two never expels a
+#: member; never more often than every 100 ms.
+HEARTBEATS_PER_SESSION = 6
+MIN_HEARTBEAT_MS = 100
+#: A flush stuck on Redis may hold the poll loop for a while: stay in the group at least this long (or three
+#: session timeouts) before Kafka deems the member dead.
+MIN_POLL_INTERVAL_MS = 60_000
+#: A JoinGroup request waits up to a session timeout on the coordinator: requests must outlast it, by a margin.
+MIN_REQUEST_TIMEOUT_MS = 30_000
+REQUEST_MARGIN_MS = 5_000
+#: Dead letters are rare: batching them for a few ms costs nothing and saves requests in a burst.
+DLQ_LINGER_MS = 5
+#: Kafka's own default request size; raised only when a capped letter (twice, with its headers) needs more.
+KAFKA_DEFAULT_REQUEST_BYTES = 1_048_576
+#: Starting a client retries with backoff up to this delay; the last attempt needs this much time left.
+START_BACKOFF_CAP_S = 2.0
+START_LAST_TRY_S = 0.5
+
+
 def consumer_config(s: WorkerSettings) -> dict[str, Any]:
     """Manual commits (lag only), committed reads only, and never a silent offset reset: a position outside
     the log halts the partition instead (see ``ingest.partitions.HaltReason``)."""
@@ -33,9 +52,9 @@ def consumer_config(s: WorkerSettings) -> dict[str, Any]:
         "auto_offset_reset": "none",
         "isolation_level": "read_committed",
         "session_timeout_ms": s.session_timeout_ms,
-        "heartbeat_interval_ms": max(100, s.session_timeout_ms // 6),
-        "max_poll_interval_ms": max(60_000, s.session_timeout_ms * 3),
-        "request_timeout_ms": max(30_000, s.session_timeout_ms + 5000),
+        "heartbeat_interval_ms": max(MIN_HEARTBEAT_MS, s.session_timeout_ms // HEARTBEATS_PER_SESSION),
+        "max_poll_interval_ms": max(MIN_POLL_INTERVAL_MS, s.session_timeout_ms * 3),
+        "request_timeout_ms": max(MIN_REQUEST_TIMEOUT_MS, s.session_timeout_ms + REQUEST_MARGIN_MS),
         "max_partition_fetch_bytes": s.max_partition_fetch_bytes,
         "fetch_max_bytes": s.fetch_max_bytes,
     }
@@ -48,8 +67,8 @@ def producer_config(s: WorkerSettings) -> dict[str, Any]:
         "bootstrap_servers": s.kafka,
         "enable_idempotence": False,
         "acks": "all",
-        "linger_ms": 5,
-        "max_request_size": max(1_048_576, 2 * s.dlq_max_bytes),
+        "linger_ms": DLQ_LINGER_MS,
+        "max_request_size": max(KAFKA_DEFAULT_REQUEST_BYTES, 2 * s.dlq_max_bytes),
     }
 
 
@@ -59,7 +78,7 @@ async def start_clients(
     """Start each client, retrying with backoff until ``kafka_start_timeout_s``; each one started is stopped
     by ``stack``. Raises :class:`KafkaUnavailable` with what Kafka last answered."""
     deadline = time.monotonic() + s.kafka_start_timeout_s
-    backoff = Backoff(cap_s=2.0)
+    backoff = Backoff(cap_s=START_BACKOFF_CAP_S)
     for client in clients:
         while True:
             try:
@@ -69,7 +88,7 @@ async def start_clients(
             except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as exc:
                 with contextlib.suppress(Exception):
                     await client.stop()
-                if time.monotonic() + 0.5 >= deadline:
+                if time.monotonic() + START_LAST_TRY_S >= deadline:
                     raise KafkaUnavailable(
                         f"Kafka at {s.kafka} did not answer within {s.kafka_start_timeout_s:.0f}s: {exc!r}"
                     ) from exc

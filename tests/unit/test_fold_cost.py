@@ -2,10 +2,9 @@
 (:mod:`bench.fold_cost`). Counts, not seconds, so a machine shared with five test suites cannot fool it: the
 same code gives the same count to within a few instructions, run after run.
 
-The budgets are today's measurement plus 10%: the count moves by about 2% when unrelated code changes the
-interpreter's memory layout, and the code before issue 17 measured 10,838 (incr) and 45,883 (mix) here; before the
-steady fold decoded with msgspec, 9,440 (incr) and 27,996 (mix). A change
-that makes the fold slower fails; one that makes it faster should lower the budget.
+The budgets are the measurement below plus 10%: the count moves by about 2% when unrelated code changes the
+interpreter's memory layout, while the fold's own changes move it by far more (docs/benchmarks.md records the
+figures). A change that makes the fold slower fails; one that makes it faster should lower the budget.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ import pytest
 
 from bench.fold_cost import count_instructions
 
-#: Instructions per event measured with ``python -m bench.fold_cost --events 5000`` (issue 17, the steady fold's
-#: and the checked fold's typed decoder), + 10%.
+#: Instructions per event measured with ``python -m bench.fold_cost --events 5000`` (both folds decoding with
+#: the typed decoder of ``ingest/plain_event.py``), + 10%.
 MEASURED = {"incr": 6_051, "mix": 22_511}
 BUDGET = {case: round(n * 1.10) for case, n in MEASURED.items()}
 EVENTS = 5000
