@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hotboard import __version__, boards_cli, redis_url
+from hotboard import __version__, boards_cli, kafka_security, redis_url
 from hotboard.devstack import DevStack, StackError, require_free
 from hotboard.process import LOOPBACK, Child, port_open, stop_all, url_answers
 from hotboard.settings import LogSettings
@@ -105,7 +105,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def _produce_parser(sub: Any) -> None:
     p = sub.add_parser("produce", help="publish valid, Zipf-skewed score events")
-    add_options(p, WorkerSettings, only=("kafka", "topic"))
+    add_options(p, WorkerSettings, only=("kafka", "topic", *kafka_security.KafkaSecuritySettings.model_fields))
     p.add_argument("--rate", type=float, default=1000.0, help="events/s, 0 = as fast as possible")
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--players", type=int, default=10_000)
@@ -125,7 +125,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         events = generate(args.count, players=args.players, zipf=args.zipf, boards=args.boards, seed=args.seed)
-        stats = await publish(target.kafka, target.topic, events, rate=args.rate, fresh_ts=True, stop=stop)
+        security = kafka_security.client_kwargs(target)
+        stats = await publish(
+            target.kafka, target.topic, events, rate=args.rate, fresh_ts=True, stop=stop, security=security
+        )
         print(f"sent {stats.events} events to {target.topic} in {stats.seconds:.2f}s ({stats.rate:,.0f} events/s)")
 
     asyncio.run(main())
