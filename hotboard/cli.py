@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hotboard import __version__, boards_cli, kafka_security, redis_url
+from hotboard import __version__, boards_cli, kafka_security, logs, redis_url
 from hotboard.devstack import DevStack, StackError, require_free
 from hotboard.process import LOOPBACK, Child, port_open, stop_all, url_answers
 from hotboard.settings import LogSettings
@@ -26,15 +26,6 @@ from ingest.settings import WorkerSettings
 
 EXIT_CONFIG = 2
 EXIT_UNAVAILABLE = 3
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
 
 
 def _worker_parser(sub: Any) -> None:
@@ -255,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"worker": cmd_worker, "dev": cmd_dev, "produce": cmd_produce, "demo": cmd_demo}
     try:
-        _setup_logging(settings_from(LogSettings, args).log_level)
+        logs.setup_logging(settings_from(LogSettings, args))
         run = commands.get(args.command) or args.run
         return int(run(args))
     except StackError as exc:
