@@ -10,6 +10,7 @@ import uvicorn
 
 from cli.options import add_options, settings_from
 from hotboard import redis_url
+from hotboard.settings import LogSettings
 from reader_api.app import create_app
 from reader_api.server import Limits, protocol_class
 from reader_api.settings import ApiSettings
@@ -58,5 +59,8 @@ def uvicorn_options(settings: ApiSettings) -> dict[str, Any]:
 def cmd_api(args: argparse.Namespace) -> int:
     settings = settings_from(ApiSettings, args)
     redis_url.check(settings.redis)  # cli.main prints its one line, not a traceback from inside uvicorn
-    uvicorn.run(create_app(settings, serve_metrics=True), **uvicorn_options(settings))
+    options = uvicorn_options(settings)
+    if settings_from(LogSettings, args).log_format == "json":
+        options["log_config"] = None  # uvicorn's loggers then reach the root handler (hotboard.logs)
+    uvicorn.run(create_app(settings, serve_metrics=True), **options)
     return 0

@@ -11,8 +11,9 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
@@ -67,11 +68,18 @@ async def publish(
     rate: float = 0.0,
     fresh_ts: bool = False,
     stop: asyncio.Event | None = None,
+    security: Mapping[str, Any] | None = None,
 ) -> PublishStats:
     """Publish events (or raw ``(key, value)`` pairs) keyed by player; ``rate`` events/s, 0 = flat out.
-    ``fresh_ts`` stamps each event with the time it is sent (for freshness measurements)."""
+    ``fresh_ts`` stamps each event with the time it is sent (for freshness measurements); ``security`` is
+    :func:`hotboard.kafka_security.client_kwargs`."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=5, max_batch_size=1 << 20
+        bootstrap_servers=bootstrap,
+        **(security or {}),
+        enable_idempotence=False,
+        acks="all",
+        linger_ms=5,
+        max_batch_size=1 << 20,
     )
     await producer.start()
     partitioner = DefaultPartitioner()

@@ -5,7 +5,6 @@ and an exit code (:mod:`cli.exits`)."""
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -15,17 +14,8 @@ from cli import api, boards, produce, stack, worker
 from cli.devstack import StackError
 from cli.exits import EXIT_CONFIG
 from cli.options import add_options, settings_from
-from hotboard import __version__, redis_url
+from hotboard import __version__, logs, redis_url
 from hotboard.settings import LogSettings
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        _setup_logging(settings_from(LogSettings, args).log_level)
+        logs.setup_logging(settings_from(LogSettings, args))
         return int(args.run(args))
     except StackError as exc:
         print(f"hotboard {args.command}: {exc}", file=sys.stderr)

@@ -9,12 +9,13 @@ from typing import Any
 
 from cli.loadgen import generate, publish
 from cli.options import add_options, settings_from
+from hotboard import kafka_security
 from ingest.settings import WorkerSettings
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("produce", help="publish valid, Zipf-skewed score events")
-    add_options(p, WorkerSettings, only=("kafka", "topic"))
+    add_options(p, WorkerSettings, only=("kafka", "topic", *kafka_security.KafkaSecuritySettings.model_fields))
     p.add_argument("--rate", type=float, default=1000.0, help="events/s, 0 = as fast as possible")
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--players", type=int, default=10_000)
@@ -33,7 +34,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         events = generate(args.count, players=args.players, zipf=args.zipf, boards=args.boards, seed=args.seed)
-        stats = await publish(target.kafka, target.topic, events, rate=args.rate, fresh_ts=True, stop=stop)
+        security = kafka_security.client_kwargs(target)
+        stats = await publish(
+            target.kafka, target.topic, events, rate=args.rate, fresh_ts=True, stop=stop, security=security
+        )
         print(f"sent {stats.events} events to {target.topic} in {stats.seconds:.2f}s ({stats.rate:,.0f} events/s)")
 
     asyncio.run(main())

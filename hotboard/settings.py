@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class LogSettings(BaseSettings):
-    """What every ``hotboard`` command shares (``hotboard --log-level L <command>``)."""
+    """What every ``hotboard`` command shares (``hotboard --log-level L --log-format F <command>``)."""
 
     model_config = SettingsConfigDict(env_prefix="HOTBOARD_", frozen=True, extra="ignore")
 
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines: text, or json (one object per line: level, logger, message, fields)"
+    )

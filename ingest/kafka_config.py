@@ -13,6 +13,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
+from hotboard import kafka_security
 from hotboard.timing import Backoff
 from ingest.settings import WorkerSettings
 
@@ -47,6 +48,7 @@ def consumer_config(s: WorkerSettings) -> dict[str, Any]:
     the log halts the partition instead (see ``ingest.partitions.HaltReason``)."""
     return {
         "bootstrap_servers": s.kafka,
+        **kafka_security.client_kwargs(s),
         "group_id": s.group,
         "enable_auto_commit": False,
         "auto_offset_reset": "none",
@@ -65,6 +67,7 @@ def producer_config(s: WorkerSettings) -> dict[str, Any]:
     the DLQ is at-least-once by design. A request fits the largest capped letter."""
     return {
         "bootstrap_servers": s.kafka,
+        **kafka_security.client_kwargs(s),
         "enable_idempotence": False,
         "acks": "all",
         "linger_ms": DLQ_LINGER_MS,
@@ -88,9 +91,13 @@ async def start_clients(
             except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as exc:
                 with contextlib.suppress(Exception):
                     await client.stop()
+                why = (await kafka_security.tls_failure(s.kafka, s) if s.kafka_uses_tls else None) or repr(exc)
                 if time.monotonic() + START_LAST_TRY_S >= deadline:
+                    for never_started in clients[clients.index(client) + 1 :]:
+                        with contextlib.suppress(Exception):
+                            await never_started.stop()
                     raise KafkaUnavailable(
-                        f"Kafka at {s.kafka} did not answer within {s.kafka_start_timeout_s:.0f}s: {exc!r}"
+                        f"Kafka at {s.kafka} did not answer within {s.kafka_start_timeout_s:.0f}s: {why}"
                     ) from exc
-                log.warning("kafka not reachable yet at %s (%r); retrying", s.kafka, exc)
+                log.warning("kafka not reachable yet at %s (%s); retrying", s.kafka, why)
                 await asyncio.sleep(backoff.next_delay())

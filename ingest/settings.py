@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from hotboard.kafka_security import KafkaSecuritySettings
 from hotboard.settings import LogSettings
 
 
-class WorkerSettings(LogSettings):
+class WorkerSettings(LogSettings, KafkaSecuritySettings):
     """``hotboard worker``: the CLI options are generated from these fields (:mod:`cli.options`)."""
 
     kafka: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...]")

@@ -408,9 +408,14 @@ async def log_starts_at(worker: Worker, start: int) -> None:
     worker._consumer.beginning_offsets = beginning_offsets
 
 
-async def read_topic(kafka: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[Record]:
-    """Up to ``expected`` records of every partition of ``topic`` (a DLQ, say), from the beginning."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest", group_id=None)
+async def read_topic(
+    kafka: str, topic: str, expected: int, timeout_s: float = 30.0, security: Mapping[str, Any] | None = None
+) -> list[Record]:
+    """Up to ``expected`` records of every partition of ``topic`` (a DLQ, say), from the beginning; ``security``
+    is :func:`hotboard.kafka_security.client_kwargs`."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=kafka, auto_offset_reset="earliest", group_id=None, **(security or {})
+    )
     await consumer.start()
     out: list[Record] = []
     try:
