@@ -22,12 +22,10 @@ from redis.exceptions import ResponseError
 from flusher import wire
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, ExpectedWatermark, Outcome
 from flusher.checkpoints import CheckpointHash
-from flusher.seasons import season_args
 from hotboard import earliest, keys, lua, lua_definitions, operators
 from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
 from hotboard.bounded import BoundedCache
-from hotboard.periods import split_period_board
 from hotboard.script import Script
 
 log = logging.getLogger(__name__)
@@ -94,7 +92,7 @@ class RedisSink(CheckpointHash):
         new: dict[str, dict[BoardDef, None]] = {}  # board -> the definitions of its batches not known good
         registered = self._registered
         for batch in batches:
-            logical = split_period_board(batch.board)[0]
+            logical = batch.board if batch.period is None else batch.period.board
             known = registered.get(logical)
             if known is not batch.definition and known != batch.definition:  # mostly the cache's very object
                 new.setdefault(logical, {})[batch.definition] = None
@@ -192,9 +190,9 @@ class RedisSink(CheckpointHash):
             field = fields.get(partition) or self.field(partition)
             fence += (field, expected(board, partition), offset)
         definition = batch.definition
-        if definition.seasonal:
-            fence.append(definition.spec)
-            fence += season_args(board, definition)
+        period = batch.period
+        if period is not None:  # seed the period's definition copy, and expire its keys when routing said
+            fence += (definition.spec, 1, period.expire_at_ms)
         else:
             tail = self._tails.get(definition)
             if tail is None:  # one spec string per definition, not one per board and flush

@@ -141,7 +141,7 @@ class Intake:
                 try:
                     defs = await self._definitions(decoded, state.fast)
                     # seasonal boards' events go to their period's board (watermarks are per period board)
-                    decoded, defs = seasons.route(rest, decoded, defs)
+                    decoded, defs, periods = seasons.route(rest, decoded, defs)
                     unknown = boards_to_check(decoded, state.watermarks)
                     if unknown:
                         # a checkpoint move may land while the lookup's reply is read: either side is ours
@@ -171,7 +171,7 @@ class Intake:
                         return out
                     state.learned(marks)
                 fold = self._pending.active.fold_for(tp.partition)  # may have been sealed
-                out.append(fold.fold_checked(rest, decoded, state.watermarks, state.clear, defs, state.fast))
+                out.append(fold.fold_checked(rest, decoded, state.watermarks, state.clear, defs, state.fast, periods))
                 state.folded_to(fold.last_offset)
             i += len(chunk)
             if fold.largest_board() >= cap:

@@ -27,10 +27,10 @@ def _batches(defs: dict[str, BoardDef | DefinitionError], events: list[tuple[int
     records = [
         json_record({"board": "race", "player": p, "delta": d, "ts": ts}, o, timestamp=w) for o, p, d, ts, w in events
     ]
-    decoded, defs = route(records, decode_all(records, Decoder()), defs)
+    decoded, defs, periods = route(records, decode_all(records, Decoder()), defs)
     marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
     window = Window()
-    window.fold_for(0).fold_checked(records, decoded, marks, set(), defs, {})
+    window.fold_for(0).fold_checked(records, decoded, marks, set(), defs, {}, periods)
     return window.batches(100)[0]
 
 
@@ -84,12 +84,12 @@ async def test_grouped_flush_mixed_fenced_and_period_boards(redis_client: Redis)
         json_record({"board": b, "player": "p", "delta": i + 1}, i, timestamp=now)
         for i, b in enumerate(["p1", "p2", "race", "p3"])
     ]
-    decoded, defs = route(
+    decoded, defs, periods = route(
         records, decode_all(records, Decoder()), {"p1": BoardDef(), "p2": BoardDef(), "race": season, "p3": BoardDef()}
     )
     window = Window()
     window.fold_for(0).fold_checked(
-        records, decoded, {str(f[0]): -1 for f in decoded if type(f) is tuple}, set(), defs, {}
+        records, decoded, {str(f[0]): -1 for f in decoded if type(f) is tuple}, set(), defs, {}, periods
     )
     batches = window.batches(100)[0]
     await redis_client.hset(keys.applied_key("p2"), "scores:0", 99)  # p2 fenced
