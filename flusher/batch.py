@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from hotboard.board_store import DefinitionCache
-from hotboard.boards import DEFAULT, BoardDef, DefinitionError
+from hotboard.board_store import Found
+from hotboard.boards import DEFAULT, BoardDef
 from hotboard.earliest import Step
 from hotboard.keys import MAX_EXACT
 from hotboard.operators import Folded
@@ -128,9 +128,7 @@ class Sink(Protocol):
 
     async def load_watermarks(self, partition: int, boards: Collection[str]) -> tuple[dict[str, int], int]: ...
 
-    async def load_definitions(
-        self, boards: Collection[str], cache: DefinitionCache
-    ) -> dict[str, BoardDef | DefinitionError]: ...
+    async def load_declared(self, boards: Collection[str]) -> dict[str, Found]: ...
 
     async def flush(self, batches: Sequence[BoardBatch], expected: ExpectedWatermark) -> list[BoardResult]: ...
 

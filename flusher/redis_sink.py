@@ -22,9 +22,9 @@ from redis.exceptions import ResponseError
 from flusher import wire
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, ExpectedWatermark, Outcome
 from flusher.checkpoints import CheckpointHash
-from hotboard import earliest, keys, lua, lua_definitions, operators
-from hotboard.board_store import DefinitionCache
-from hotboard.boards import BoardDef, DefinitionError
+from hotboard import board_store, earliest, keys, lua, lua_definitions, operators
+from hotboard.board_store import Found
+from hotboard.boards import BoardDef
 from hotboard.bounded import BoundedCache
 from hotboard.script import Script
 
@@ -72,12 +72,10 @@ class RedisSink(CheckpointHash):
         marks = {b: int(v) for b, v in zip(ordered, rows, strict=True)}
         return marks, int(checkpoint)
 
-    async def load_definitions(
-        self, boards: Collection[str], cache: DefinitionCache
-    ) -> dict[str, BoardDef | DefinitionError]:
-        """board -> its definition (the default when undeclared) or why it cannot be read; one round trip for
-        the boards ``cache`` does not hold."""
-        return await cache.fetch(self._redis, boards)
+    async def load_declared(self, boards: Collection[str]) -> dict[str, Found]:
+        """board -> its declared definition, None when undeclared, or why it cannot be read; one round trip, no
+        cache (the worker's :class:`ingest.definitions.DefinitionCache` is the one)."""
+        return await board_store.load_declared(self._redis, list(boards))
 
     async def register_boards(self, batches: Iterable[BoardBatch]) -> set[str]:
         """Add new boards to the registry (``hb:board-index``: boards, never their periods) before their first
