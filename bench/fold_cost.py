@@ -38,8 +38,8 @@ from aiokafka.structs import ConsumerRecord
 
 from cli.loadgen import generate
 from flusher.batch import NO_WATERMARK
-from hotboard.board_store import DefinitionCache
-from hotboard.boards import DEFAULT, BoardDef, DefinitionError
+from hotboard.board_store import Found
+from hotboard.boards import BoardDef
 from hotboard.codec import Event, encode
 from hotboard.timing import Backoff
 from ingest.assignment import Assignment
@@ -109,10 +109,8 @@ class _Sink:
     async def load_watermarks(self, partition: int, boards: Collection[str]) -> tuple[dict[str, int], int]:
         return dict.fromkeys(boards, NO_WATERMARK), NO_WATERMARK
 
-    async def load_definitions(
-        self, boards: Collection[str], cache: DefinitionCache
-    ) -> dict[str, BoardDef | DefinitionError]:
-        return {b: self.defs.get(b, DEFAULT) for b in boards}
+    async def load_declared(self, boards: Collection[str]) -> dict[str, Found]:
+        return {b: self.defs.get(b) for b in boards}
 
 
 class _Consumer:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from hotboard.board_store import DefinitionCache
-from hotboard.boards import DEFAULT, BoardDef, DefinitionError
+from hotboard.board_store import Found
+from hotboard.boards import DEFAULT, BoardDef
 from hotboard.earliest import Step
 from hotboard.keys import MAX_EXACT
 from hotboard.operators import Folded
@@ -25,7 +25,28 @@ BOOKKEEPING_WRITES_PER_BOARD = 3
 CHECKPOINT_WRITES_PER_PARTITION = 1
 
 
-__all__ = ["MAX_EXACT", "NO_WATERMARK", "BoardBatch", "BoardResult", "CheckpointResult", "Outcome", "Sink"]
+__all__ = [
+    "MAX_EXACT",
+    "NO_WATERMARK",
+    "BoardBatch",
+    "BoardResult",
+    "CheckpointResult",
+    "Outcome",
+    "PeriodTarget",
+    "Sink",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodTarget:
+    """The period of a seasonal board a batch is for, decided once when its events were routed (from each
+    record alone, so a replay decides the same); the sink applies it and never works a season out again."""
+
+    #: The logical board ``B``: the registry's member, the definition the period's copy is seeded from.
+    board: str
+    period_id: str
+    #: When the period's keys expire (ms since the epoch), under the batch's definition.
+    expire_at_ms: int
 
 
 @dataclass(slots=True)
@@ -33,6 +54,7 @@ class BoardBatch:
     """What one board receives in one atomic, fenced step: its players' window (one of three forms) and the new
     watermark per partition."""
 
+    #: The board the keys are named after: a period's own (``B@2026-W49``) on a seasonal board.
     board: str
     #: player -> summed delta (incr-only windows).
     deltas: dict[str, int]
@@ -46,6 +68,8 @@ class BoardBatch:
     steps: dict[str, list[Step]] | None = None
     #: player -> display metadata (compact JSON), last write wins.
     metas: dict[str, bytes] | None = None
+    #: The period ``board`` names (``B@<period id>``) on a seasonal board; None on any other.
+    period: PeriodTarget | None = None
 
     @property
     def players(self) -> int:
@@ -104,9 +128,7 @@ class Sink(Protocol):
 
     async def load_watermarks(self, partition: int, boards: Collection[str]) -> tuple[dict[str, int], int]: ...
 
-    async def load_definitions(
-        self, boards: Collection[str], cache: DefinitionCache
-    ) -> dict[str, BoardDef | DefinitionError]: ...
+    async def load_declared(self, boards: Collection[str]) -> dict[str, Found]: ...
 
     async def flush(self, batches: Sequence[BoardBatch], expected: ExpectedWatermark) -> list[BoardResult]: ...
 

@@ -22,12 +22,10 @@ from redis.exceptions import ResponseError
 from flusher import wire
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, ExpectedWatermark, Outcome
 from flusher.checkpoints import CheckpointHash
-from flusher.seasons import season_args
-from hotboard import earliest, keys, lua, lua_definitions, operators
-from hotboard.board_store import DefinitionCache
-from hotboard.boards import BoardDef, DefinitionError
+from hotboard import board_store, earliest, keys, lua, lua_definitions, operators
+from hotboard.board_store import Found
+from hotboard.boards import BoardDef
 from hotboard.bounded import BoundedCache
-from hotboard.periods import split_period_board
 from hotboard.script import Script
 
 log = logging.getLogger(__name__)
@@ -74,12 +72,10 @@ class RedisSink(CheckpointHash):
         marks = {b: int(v) for b, v in zip(ordered, rows, strict=True)}
         return marks, int(checkpoint)
 
-    async def load_definitions(
-        self, boards: Collection[str], cache: DefinitionCache
-    ) -> dict[str, BoardDef | DefinitionError]:
-        """board -> its definition (the default when undeclared) or why it cannot be read; one round trip for
-        the boards ``cache`` does not hold."""
-        return await cache.fetch(self._redis, boards)
+    async def load_declared(self, boards: Collection[str]) -> dict[str, Found]:
+        """board -> its declared definition, None when undeclared, or why it cannot be read; one round trip, no
+        cache (the worker's :class:`ingest.definitions.DefinitionCache` is the one)."""
+        return await board_store.load_declared(self._redis, list(boards))
 
     async def register_boards(self, batches: Iterable[BoardBatch]) -> set[str]:
         """Add new boards to the registry (``hb:board-index``: boards, never their periods) before their first
@@ -94,7 +90,7 @@ class RedisSink(CheckpointHash):
         new: dict[str, dict[BoardDef, None]] = {}  # board -> the definitions of its batches not known good
         registered = self._registered
         for batch in batches:
-            logical = split_period_board(batch.board)[0]
+            logical = batch.board if batch.period is None else batch.period.board
             known = registered.get(logical)
             if known is not batch.definition and known != batch.definition:  # mostly the cache's very object
                 new.setdefault(logical, {})[batch.definition] = None
@@ -192,9 +188,9 @@ class RedisSink(CheckpointHash):
             field = fields.get(partition) or self.field(partition)
             fence += (field, expected(board, partition), offset)
         definition = batch.definition
-        if definition.seasonal:
-            fence.append(definition.spec)
-            fence += season_args(board, definition)
+        period = batch.period
+        if period is not None:  # seed the period's definition copy, and expire its keys when routing said
+            fence += (definition.spec, 1, period.expire_at_ms)
         else:
             tail = self._tails.get(definition)
             if tail is None:  # one spec string per definition, not one per board and flush

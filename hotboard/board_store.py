@@ -1,15 +1,13 @@
 """Board definitions in Redis: declare, read, list (``hb:{B}:def``, layout in :mod:`hotboard.boards`).
 
-Workers and API processes keep a bounded cache of definitions (:class:`DefinitionCache`). A cached definition is
-safe to use because the flush scripts compare the ``spec`` the worker folded with against the stored one and
-refuse the window when they differ (the worker then re-reads the definition and folds again from Redis's
-checkpoint); once a board was written its definition never changes.
+Plain reads, no cache: a worker's one cache of definitions is :class:`ingest.definitions.DefinitionCache`, the
+API's is its own (:mod:`reader_api.seasons`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,7 +16,6 @@ from redis.exceptions import ResponseError
 
 from hotboard import keys, lua_definitions
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError, from_hash, from_spec
-from hotboard.bounded import BoundedCache
 from hotboard.script import Script
 
 Outcome = Literal["created", "unchanged", "replaced"]
@@ -184,39 +181,3 @@ def _raw(member: bytes | str) -> bytes:
 
 def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
-
-
-class DefinitionCache:
-    """Declared definitions, bounded by entries (a :class:`hotboard.bounded.BoundedCache`): 100,000 boards must
-    not mean 100,000 cached hashes forever."""
-
-    def __init__(self, max_entries: int = 65_536) -> None:
-        self._entries: BoundedCache[str, BoardDef] = BoundedCache(max_entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, board: str) -> BoardDef | None:
-        return self._entries.get(board)
-
-    def missing(self, boards: Iterable[str]) -> list[str]:
-        return [b for b in dict.fromkeys(boards) if b not in self._entries]
-
-    def put(self, found: dict[str, BoardDef]) -> None:
-        for board, definition in found.items():
-            self._entries.put(board, definition)
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-    async def fetch(self, redis: Redis, boards: Iterable[str]) -> dict[str, BoardDef | DefinitionError]:
-        """The definitions of ``boards`` (the default for an undeclared one), reading from Redis those not
-        cached; only declared definitions are cached."""
-        wanted = list(dict.fromkeys(boards))
-        found = await load_declared(redis, self.missing(wanted))
-        self.put({b: d for b, d in found.items() if isinstance(d, BoardDef)})
-        out: dict[str, BoardDef | DefinitionError] = {}
-        for board in wanted:
-            got = found[board] if board in found else self.get(board)
-            out[board] = DEFAULT if got is None else got
-        return out

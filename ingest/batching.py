@@ -30,7 +30,7 @@ def merge(folds: dict[int, PartitionFold], max_players: int) -> tuple[list[Board
     open_batch: dict[str, BoardBatch] = {}
     for partition, fold in folds.items():
         offset = fold.last_offset
-        defs, fast, metas = fold.defs, fold.fast, fold.metas
+        defs, fast, metas, periods = fold.defs, fold.fast, fold.metas, fold.periods
         for board, deltas in fold.boards.items():
             if metas and board in metas:
                 _add(out, open_batch, _share(fold, board), partition, offset, max_players)
@@ -38,7 +38,8 @@ def merge(folds: dict[int, PartitionFold], max_players: int) -> tuple[list[Board
             definition = (defs.get(board) if defs else None) or fast.get(board) or DEFAULT
             batch = open_batch.get(board)
             if batch is None or len(batch.deltas) + len(deltas) > max_players:
-                batch = open_batch[board] = BoardBatch(board, deltas, {partition: offset}, definition)
+                period = periods.get(board) if periods else None
+                batch = open_batch[board] = BoardBatch(board, deltas, {partition: offset}, definition, period=period)
                 out.append(batch)
             elif (
                 batch.states is None
@@ -50,7 +51,8 @@ def merge(folds: dict[int, PartitionFold], max_players: int) -> tuple[list[Board
                 _sum_into(batch.deltas, deltas)
                 batch.offsets[partition] = offset
             else:
-                _add(out, open_batch, BoardBatch(board, deltas, {}, definition), partition, offset, max_players)
+                share = BoardBatch(board, deltas, {}, definition, period=periods.get(board) if periods else None)
+                _add(out, open_batch, share, partition, offset, max_players)
         for board in [*fold.ops, *fold.steps]:
             _add(out, open_batch, _share(fold, board), partition, offset, max_players)
     return out, sum(_hold(batch) for batch in out)
@@ -82,11 +84,12 @@ def _add(
 def _share(fold: PartitionFold, board: str) -> BoardBatch:
     definition = fold.defs.get(board) or fold.fast.get(board) or DEFAULT
     metas = fold.metas.get(board)
+    period = fold.periods.get(board)
     if board in fold.steps:
-        return BoardBatch(board, {}, {}, definition, steps=fold.steps[board], metas=metas)
+        return BoardBatch(board, {}, {}, definition, steps=fold.steps[board], metas=metas, period=period)
     if board in fold.ops:
-        return BoardBatch(board, {}, {}, definition, states=fold.ops[board], metas=metas)
-    return BoardBatch(board, fold.boards[board], {}, definition, metas=metas)
+        return BoardBatch(board, {}, {}, definition, states=fold.ops[board], metas=metas, period=period)
+    return BoardBatch(board, fold.boards[board], {}, definition, metas=metas, period=period)
 
 
 def _own(batch: BoardBatch) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from flusher.batch import PeriodTarget
 from hotboard import codec, earliest
 from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import MAX_VALUE_BYTES, Decoded, Decoder, InvalidEvent, Reason, resolve
@@ -71,6 +72,8 @@ class PartitionFold:
     defs: dict[str, BoardDef] = field(default_factory=dict)
     #: The fast path's boards last passed to :meth:`fold_batch` (their definitions, for the flush).
     fast: dict[str, BoardDef] = field(default_factory=dict)
+    #: period board -> its period as routed, taken with its definition (so its expiry is that definition's).
+    periods: dict[str, PeriodTarget] = field(default_factory=dict)
     #: Last offset folded (valid, invalid or skipped alike); -1 when nothing was folded yet.
     last_offset: int = -1
     entries: int = 0
@@ -167,11 +170,13 @@ class PartitionFold:
         clear: set[str],
         defs: Mapping[str, BoardDef | DefinitionError],
         fast: dict[str, BoardDef],
+        periods: Mapping[str, PeriodTarget],
     ) -> FoldCounts:
         """The general fold: every operator, ``meta``, and each event checked against its board's watermark
         (``decoded`` holds each record's fields or why it is invalid, see :func:`decode_all`; every valid board
-        must be in ``watermarks`` and ``defs``). An event at or below the watermark was applied already and is
-        skipped. A board whose watermark lies behind moves to ``clear``, and to ``fast`` if it sums."""
+        must be in ``watermarks`` and ``defs``, every period board in ``periods``: see
+        :func:`ingest.seasons.route`). An event at or below the watermark was applied already and is skipped. A
+        board whose watermark lies behind moves to ``clear``, and to ``fast`` if it sums."""
         dead = self.dead
         dead_before = len(dead)
         added = 0
@@ -205,7 +210,11 @@ class PartitionFold:
                     continue
                 if definition.summable and board not in fast:
                     fast[board] = definition  # only once an event folded: its flush checks the definition
-                self.defs[board] = definition
+                if board not in self.defs:  # the board's first event in this fold: its period goes with it
+                    self.defs[board] = definition
+                    target = periods.get(board) if periods else None
+                    if target is not None:
+                        self.periods[board] = target
                 if definition.earliest and ts is None:
                     ts = max(int(record.timestamp or 0), 0)  # the tie time comes from the record, never a clock
                     if ts > MAX_EXACT:

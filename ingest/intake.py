@@ -17,13 +17,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 
 from flusher.batch import Sink
-from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import Decoded, Decoder, InvalidEvent, Reason, boards_to_check
 from hotboard.records import Record
 from hotboard.timing import Backoff, wait_or_stop
 from ingest import plain_event, seasons
 from ingest.assignment import Assignment
+from ingest.definitions import DefinitionCache
 from ingest.errors import TRANSIENT
 from ingest.folds import FoldCounts
 from ingest.lenient_records import UNDECODABLE, lenient_fetches, lenient_walks, unreadable_header
@@ -71,8 +71,8 @@ class Intake:
         #: Told when Redis failed (did it restart?) or no longer holds what the worker positioned from.
         self._redis_health = redis_health
         self._decoder = Decoder()
-        #: Definitions of the boards seen, bounded; cleared on every resynchronisation.
-        self.definitions = DefinitionCache(settings.max_cached_definitions)
+        #: Definitions of the boards seen, bounded (their one cache); forgotten on every resynchronisation.
+        self.definitions = DefinitionCache(sink.load_declared, settings.max_cached_definitions)
         self._forget_at = time.monotonic() + settings.forget_idle_boards_s
 
     async def poll(self) -> bool:
@@ -150,7 +150,7 @@ class Intake:
                 try:
                     defs = await self._definitions(decoded, state.fast)
                     # seasonal boards' events go to their period's board (watermarks are per period board)
-                    decoded, defs = seasons.route(rest, decoded, defs)
+                    decoded, defs, periods = seasons.route(rest, decoded, defs)
                     unknown = boards_to_check(decoded, state.watermarks)
                     if unknown:
                         # a checkpoint move may land while the lookup's reply is read: either side is ours
@@ -180,7 +180,7 @@ class Intake:
                         return out
                     state.learned(marks)
                 fold = self._pending.active.fold_for(tp.partition)  # may have been sealed
-                out.append(fold.fold_checked(rest, decoded, state.watermarks, state.clear, defs, state.fast))
+                out.append(fold.fold_checked(rest, decoded, state.watermarks, state.clear, defs, state.fast, periods))
                 state.folded_to(fold.last_offset)
             i += len(chunk)
             if fold.largest_board() >= cap:
@@ -197,7 +197,7 @@ class Intake:
         found: dict[str, BoardDef | DefinitionError] = {b: fast[b] for b in boards if b in fast}
         rest = boards - found.keys()
         if rest:
-            found.update(await self._sink.load_definitions(rest, self.definitions))
+            found.update(await self.definitions.get(rest))
         return found
 
     async def _skip_unreadable(self, error: Exception) -> None:

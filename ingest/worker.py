@@ -340,7 +340,7 @@ class Worker:
     def _resync(self, cause: str) -> None:
         """Forget pending work and re-read positions from Redis for every assigned partition."""
         self.metrics.resyncs.labels(cause).inc()
-        self._intake.definitions.clear()
+        self._intake.definitions.forget()
         self._pending.clear()
         self._dead.drop(set(self._assignment.partitions))
         self._assignment.unready_all()

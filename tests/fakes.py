@@ -10,8 +10,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError
 
 from flusher.batch import NO_WATERMARK, CheckpointResult
-from hotboard.board_store import DefinitionCache
-from hotboard.boards import DEFAULT, BoardDef, DefinitionError
+from hotboard.board_store import Found
 
 
 class FakeConsumer:
@@ -83,10 +82,8 @@ class FakeSink:
         del self.halts[partition]
         return self.checkpoints.get(partition, NO_WATERMARK)
 
-    async def load_definitions(
-        self, boards: Collection[str], cache: DefinitionCache
-    ) -> dict[str, BoardDef | DefinitionError]:
-        return dict.fromkeys(boards, DEFAULT)
+    async def load_declared(self, boards: Collection[str]) -> dict[str, Found]:
+        return dict.fromkeys(boards)  # every board undeclared: the default
 
     async def load_watermarks(self, partition: int, boards: Collection[str]) -> tuple[dict[str, int], int]:
         self.on_lookup()

@@ -113,7 +113,8 @@ def fold_windows(
             steady = fold.fold_batch(mine, fast[p], decoder)
             rest = mine[steady.consumed :]
             if rest:
-                fold.fold_checked(rest, decode_all(rest, decoder), {board: -1}, clear[p], {board: definition}, fast[p])
+                defs = {board: definition}
+                fold.fold_checked(rest, decode_all(rest, decoder), {board: -1}, clear[p], defs, fast[p], {})
         windows.append(window.batches(max_players)[0])
     return windows
 

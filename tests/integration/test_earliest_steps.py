@@ -29,7 +29,7 @@ async def test_one_players_unmergeable_steps_count_towards_the_seal(redis_client
     ]
     window = Window()
     fold = window.fold_for(0)
-    fold.fold_checked(recs, decode_all(recs, Decoder()), {"e": -1}, set(), {"e": definition}, {})
+    fold.fold_checked(recs, decode_all(recs, Decoder()), {"e": -1}, set(), {"e": definition}, {}, {})
     cap = 4_000  # max_script_players default: the intake seals when largest_board() >= cap
     print("largest_board", fold.largest_board(), "entries", fold.entries, "steps", len(fold.steps["e"]["p"]))
     batches, _ = window.batches(cap)

@@ -22,7 +22,7 @@ async def test_a_record_timestamp_beyond_16_digits_is_out_of_range(redis_client:
     ns = 1_764_590_000_000_000_000  # a producer stamping ns instead of ms
     recs = [json_record({"board": "e", "player": "alice", "score": 7}, timestamp=ns)]
     window = Window()
-    window.fold_for(0).fold_checked(recs, decode_all(recs, Decoder()), {"e": -1}, set(), {"e": definition}, {})
+    window.fold_for(0).fold_checked(recs, decode_all(recs, Decoder()), {"e": -1}, set(), {"e": definition}, {}, {})
     fold = window.folds[0]
     assert [reason.reason.value for _, reason in fold.dead] == ["out_of_range"]  # not a broken member
     batches, _ = window.batches(100)

@@ -29,7 +29,7 @@ async def test_held_totals_are_counted(redis_client: Redis, definition: BoardDef
         bodies = [{"board": "s", "player": "a", "delta": MAX_EXACT}, {"board": "s", "player": "a", "delta": 5}]
     recs = [json_record(b, i, timestamp=i) for i, b in enumerate(bodies)]
     window = Window()
-    window.fold_for(0).fold_checked(recs, decode_all(recs, Decoder()), {"s": -1}, set(), {"s": definition}, {})
+    window.fold_for(0).fold_checked(recs, decode_all(recs, Decoder()), {"s": -1}, set(), {"s": definition}, {}, {})
     batches, held_in_python = window.batches(100)
     [result] = await RedisSink(redis_client, "scores").flush(batches, lambda b, p: NO_WATERMARK)
     assert result.outcome is Outcome.APPLIED

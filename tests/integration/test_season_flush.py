@@ -12,9 +12,9 @@ from redis.asyncio import Redis
 from flusher.batch import NO_WATERMARK, Outcome
 from flusher.redis_sink import RedisSink
 from hotboard import board_store, keys
-from hotboard.board_store import DefinitionCache
 from hotboard.boards import BoardDef, DefinitionError
 from hotboard.codec import Decoder, decode_all
+from ingest.definitions import DefinitionCache
 from ingest.pending import Window
 from ingest.seasons import route
 from tests.records import json_record, utc_ms
@@ -27,10 +27,10 @@ def _batches(defs: dict[str, BoardDef | DefinitionError], events: list[tuple[int
     records = [
         json_record({"board": "race", "player": p, "delta": d, "ts": ts}, o, timestamp=w) for o, p, d, ts, w in events
     ]
-    decoded, defs = route(records, decode_all(records, Decoder()), defs)
+    decoded, defs, periods = route(records, decode_all(records, Decoder()), defs)
     marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
     window = Window()
-    window.fold_for(0).fold_checked(records, decoded, marks, set(), defs, {})
+    window.fold_for(0).fold_checked(records, decoded, marks, set(), defs, {}, periods)
     return window.batches(100)[0]
 
 
@@ -41,14 +41,15 @@ async def test_a_stale_cached_seasonal_definition_is_refused_not_seeded(redis_cl
     daily while its scores sit in a weekly period no reader looks at. The answer is REDEFINED (the worker
     refolds with daily)."""
     await board_store.declare(redis_client, "race", BoardDef(reset="weekly"))
-    cache = DefinitionCache()
-    stale = await cache.fetch(redis_client, ["race"])
+    sink = RedisSink(redis_client, "scores")
+    cache = DefinitionCache(sink.load_declared, 100)
+    stale = await cache.get(["race"])
     assert isinstance(stale["race"], BoardDef) and stale["race"].reset == "weekly"
     await board_store.declare(redis_client, "race", BoardDef(reset="daily"))  # allowed: nothing written yet
     now = int(datetime.now(UTC).timestamp() * 1000)
-    cached = await cache.fetch(redis_client, ["race"])  # the worker's cache still answers weekly
+    cached = await cache.get(["race"])  # the worker's cache still answers weekly
     batches = _batches(cached, [(0, "a", 5, now, now)])
-    results = await RedisSink(redis_client, "scores").flush(batches, lambda b, p: NO_WATERMARK)
+    results = await sink.flush(batches, lambda b, p: NO_WATERMARK)
     stored = await redis_client.hget(keys.def_key("race"), "spec")
     period_spec = await redis_client.hget(keys.def_key(batches[0].board), "spec")
     print("board:", batches[0].board, "outcome:", results[0].outcome, "B spec:", stored, "period spec:", period_spec)
@@ -84,12 +85,12 @@ async def test_grouped_flush_mixed_fenced_and_period_boards(redis_client: Redis)
         json_record({"board": b, "player": "p", "delta": i + 1}, i, timestamp=now)
         for i, b in enumerate(["p1", "p2", "race", "p3"])
     ]
-    decoded, defs = route(
+    decoded, defs, periods = route(
         records, decode_all(records, Decoder()), {"p1": BoardDef(), "p2": BoardDef(), "race": season, "p3": BoardDef()}
     )
     window = Window()
     window.fold_for(0).fold_checked(
-        records, decoded, {str(f[0]): -1 for f in decoded if type(f) is tuple}, set(), defs, {}
+        records, decoded, {str(f[0]): -1 for f in decoded if type(f) is tuple}, set(), defs, {}, periods
     )
     batches = window.batches(100)[0]
     await redis_client.hset(keys.applied_key("p2"), "scores:0", 99)  # p2 fenced

@@ -29,9 +29,9 @@ def _fold(window: Window, partition: int, definition: BoardDef, events: list[tup
     records = [
         json_record({"board": "race", "player": p, "delta": d, "ts": ts}, o, timestamp=ts) for o, p, d, ts in events
     ]
-    decoded, defs = route(records, decode_all(records, Decoder()), {"race": definition})
+    decoded, defs, periods = route(records, decode_all(records, Decoder()), {"race": definition})
     marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
-    window.fold_for(partition).fold_checked(records, decoded, marks, set(), defs, {})
+    window.fold_for(partition).fold_checked(records, decoded, marks, set(), defs, {}, periods)
 
 
 async def _flush(redis: Redis, definition: BoardDef, events: list[tuple[str, int, int]]) -> list[Any]:

@@ -9,10 +9,11 @@ import pytest
 from redis.asyncio import Redis
 
 from flusher import wire
-from flusher.batch import NO_WATERMARK, BoardBatch, Outcome
+from flusher.batch import NO_WATERMARK, BoardBatch, Outcome, PeriodTarget
 from flusher.redis_sink import RedisSink
 from hotboard import board_store, keys, lua
 from hotboard.boards import BoardDef
+from hotboard.periods import expire_at_ms
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,12 @@ async def test_many_new_seasonal_boards_are_marked_in_one_round_trip(redis_clien
         await board_store.declare(redis_client, f"s-{b}", weekly)
     await board_store.declare(redis_client, "s-7", BoardDef(reset="daily"))  # the worker still folds it weekly
     sink = RedisSink(redis_client, "scores")
-    batches = [BoardBatch(f"s-{b}@2026-W49", {"a": 1}, {0: 5}, weekly) for b in range(400)]
+    week = weekly.schedule.parse_id("2026-W49")
+    expiry = expire_at_ms(weekly.schedule, week, weekly.keep, weekly.grace_ms)
+    batches = [
+        BoardBatch(f"s-{b}@{week.id}", {"a": 1}, {0: 5}, weekly, period=PeriodTarget(f"s-{b}", week.id, expiry))
+        for b in range(400)
+    ]
     await redis_client.script_flush()
     results = await sink.flush(batches, lambda board, p: NO_WATERMARK)
     assert {r.outcome for r in results} == {Outcome.REDEFINED}  # one stale definition refuses the window

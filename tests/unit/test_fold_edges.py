@@ -42,12 +42,12 @@ def test_a_board_summed_then_stepped_in_one_window_keeps_its_sums() -> None:
     fast: dict[str, BoardDef] = {}
     clear: set[str] = set()
     first = [_rec(0, {"board": "b", "player": "a", "delta": 1})]
-    fold.fold_checked(first, decode_all(first, decoder), {"b": -1}, clear, {"b": DEFAULT}, fast)
+    fold.fold_checked(first, decode_all(first, decoder), {"b": -1}, clear, {"b": DEFAULT}, fast, {})
     more = [_rec(1, {"board": "b", "player": "a", "delta": 10})]
     fold.fold_batch(more, fast, decoder)
     late = BoardDef("desc", "incr", "earliest")
     last = [_rec(2, {"board": "b", "player": "z", "delta": 3, "meta": {"n": 1}})]
-    fold.fold_checked(last, decode_all(last, decoder), {"b": -1}, clear, {"b": late}, fast)
+    fold.fold_checked(last, decode_all(last, decoder), {"b": -1}, clear, {"b": late}, fast, {})
     [batch], _ = window.batches(100)
     assert batch.definition == DEFAULT  # pinned for the window: the script refuses it (the stored one is late)
     carried = set(batch.deltas) | set(batch.steps or {}) | set(batch.states or {})
@@ -65,7 +65,7 @@ def test_two_partitions_folded_under_two_definitions_flush_under_one_spec() -> N
         (1, DEFAULT, {"board": "b", "player": "c", "delta": 4}),
     ):
         recs = [_rec(0, body)]
-        window.fold_for(p).fold_checked(recs, decode_all(recs, decoder), {"b": -1}, set(), {"b": definition}, {})
+        window.fold_for(p).fold_checked(recs, decode_all(recs, decoder), {"b": -1}, set(), {"b": definition}, {}, {})
     batches, _ = window.batches(100)
     specs = {b.definition.spec for b in batches}
     assert len(batches) == 2 or len(specs) == 2, f"one batch, one spec {specs}: a mismatch is never refused"

@@ -147,7 +147,7 @@ def test_checked_fold_skips_what_a_board_applied_and_then_clears_it(
     watermarks = {"new": watermark}
     records = [_rec(10, "g", "x", 1), _rec(11, "new", "a", 2), _rec(12, "new", "a", 5), _rec(13, "g", "x", 1)]
     defs = dict.fromkeys(("g", "new"), DEFAULT)
-    done = fold.fold_checked(records, decode_all(records, Decoder()), watermarks, clear, defs, {})
+    done = fold.fold_checked(records, decode_all(records, Decoder()), watermarks, clear, defs, {}, {})
     assert done.duplicate == duplicates and done.applied == 4 - duplicates and done.consumed == 4
     assert dict(fold.boards.get("new", {})) == expected_new and fold.boards["g"] == {"x": 2}
     assert ("new" in clear) == (watermark < 12)
@@ -250,7 +250,7 @@ def test_shares_of_different_forms_merge_in_partition_order() -> None:
     set_3 = orjson.dumps({"board": "g", "player": "x", "op": "set", "score": 3})
     records = [record(set_3), _rec(1, "g", "x", 1)]
     fold = w.fold_for(1)
-    fold.fold_checked(records, decode_all(records, Decoder()), {"g": -1}, set(), {"g": BoardDef()}, {})
+    fold.fold_checked(records, decode_all(records, Decoder()), {"g": -1}, set(), {"g": BoardDef()}, {}, {})
     [batch] = w.batches(100)[0]
     assert batch.states is not None and batch.deltas == {} and batch.offsets == {0: 0, 1: 1}
     assert result(batch.states["x"], 100) == 4 and result(batch.states["x"], None) == 4

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from flusher.batch import PeriodTarget
 from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Decoder, InvalidEvent, decode_all
+from hotboard.periods import expire_at_ms
+from ingest.pending import Window
 from ingest.seasons import route
 from tests.records import record, utc_ms
 
@@ -14,7 +17,7 @@ def _one(definition: BoardDef, ts: int | None, written: int | None) -> str:
     """The period board an event goes to, or the dead-letter reason."""
     body = b'{"board": "b", "player": "p", "delta": 1' + (b', "ts": %d}' % ts if ts is not None else b"}")
     records = [record(body, timestamp=written)]
-    decoded, defs = route(records, decode_all(records, Decoder()), {"b": definition})
+    decoded, defs, _ = route(records, decode_all(records, Decoder()), {"b": definition})
     [fields] = decoded
     if isinstance(fields, InvalidEvent):
         return fields.reason.value
@@ -79,10 +82,36 @@ def test_one_route_call_decides_each_event_as_alone_across_period_edges() -> Non
         board = ("b", "d", "plain")[i % 3]
         body = b'{"board": "%s", "player": "p", "delta": 1, "ts": %d}' % (board.encode(), ts)
         records.append(record(body, timestamp=edge + (i % 4) * 86_400_000))
-    together, _ = route(records, decode_all(records, Decoder()), defs)
+    together, _, _ = route(records, decode_all(records, Decoder()), defs)
     alone = [route([r], decode_all([r], Decoder()), defs)[0][0] for r in records]
     assert len({f[0] for f in together if type(f) is tuple}) > 4  # several periods of both boards met
     assert any(isinstance(f, InvalidEvent) for f in together)  # and some refused
     assert [f.reason if isinstance(f, InvalidEvent) else f for f in together] == [
         f.reason if isinstance(f, InvalidEvent) else f for f in alone
     ]
+
+
+def test_a_period_board_batch_carries_its_board_period_and_expiry_as_routed() -> None:
+    """What routing decided goes with the batch, whatever its form and however many partitions fed it: the sink
+    reads the logical board, the period and the expiry there instead of parsing the name back."""
+    ts = utc_ms(2026, 12, 1)
+    week = WEEKLY.schedule.period_of(ts)
+    expected = PeriodTarget("b", week.id, expire_at_ms(WEEKLY.schedule, week, WEEKLY.keep, WEEKLY.grace_ms))
+    defs = {"b": WEEKLY, "plain": DEFAULT, "best": BoardDef(operator="best", reset="daily")}
+    window = Window()
+    for partition in (0, 1):
+        bodies = [
+            b'{"board": "b", "player": "p%d", "delta": 1, "ts": %d}' % (partition, ts),
+            b'{"board": "plain", "player": "p", "delta": 1, "ts": %d}' % ts,
+            b'{"board": "best", "player": "p", "score": 3, "ts": %d}' % ts,
+        ]
+        records = [record(body, i, timestamp=ts) for i, body in enumerate(bodies)]
+        decoded, routed_defs, periods = route(records, decode_all(records, Decoder()), defs)
+        marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
+        window.fold_for(partition).fold_checked(records, decoded, marks, set(), routed_defs, {}, periods)
+    batches = {batch.board: batch for batch in window.batches(100)[0]}
+    assert batches[f"b@{week.id}"].period == expected
+    assert batches[f"b@{week.id}"].offsets == {0: 2, 1: 2}  # both partitions' shares, one batch
+    assert batches["plain"].period is None
+    best = next(batch for name, batch in batches.items() if name.startswith("best@"))
+    assert best.states is not None and best.period is not None and best.period.board == "best"
