@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hotboard import __version__, boards_cli, redis_url
+from hotboard import __version__, boards_cli, redis_connect, redis_url
 from hotboard.devstack import DevStack, StackError, require_free
 from hotboard.process import LOOPBACK, Child, port_open, stop_all, url_answers
 from hotboard.settings import LogSettings
@@ -48,7 +48,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ingest.worker import Worker
 
     settings = settings_from(WorkerSettings, args)
-    redis_url.check(settings.redis)
+    redis_connect.check(settings)
 
     async def main() -> None:
         async with Worker(settings) as worker:
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dev_parser(sub)
     _produce_parser(sub)
     _demo_parser(sub)
-    boards_cli.add_parser(sub, WorkerSettings)  # the worker's --redis / HOTBOARD_REDIS
+    boards_cli.add_parser(sub)
     if _api_available():
         importlib.import_module("reader_api.cli").add_parser(sub)
     return parser

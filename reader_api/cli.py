@@ -8,7 +8,7 @@ from typing import Any
 
 import uvicorn
 
-from hotboard import redis_url
+from hotboard import redis_connect
 from hotboard.settings_cli import add_options, settings_from
 from reader_api.app import create_app
 from reader_api.server import Limits, protocol_class
@@ -57,6 +57,6 @@ def uvicorn_options(settings: ApiSettings) -> dict[str, Any]:
 
 def cmd_api(args: argparse.Namespace) -> int:
     settings = settings_from(ApiSettings, args)
-    redis_url.check(settings.redis)  # hotboard.cli prints its one line, not a traceback from inside uvicorn
+    redis_connect.check(settings)  # hotboard.cli prints its one line, not a traceback from inside uvicorn
     uvicorn.run(create_app(settings, serve_metrics=True), **uvicorn_options(settings))
     return 0
