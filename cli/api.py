@@ -9,7 +9,7 @@ from typing import Any
 import uvicorn
 
 from cli.options import add_options, settings_from
-from hotboard import redis_url
+from hotboard import redis_connect
 from hotboard.settings import LogSettings
 from reader_api.app import create_app
 from reader_api.server import Limits, protocol_class
@@ -58,7 +58,7 @@ def uvicorn_options(settings: ApiSettings) -> dict[str, Any]:
 
 def cmd_api(args: argparse.Namespace) -> int:
     settings = settings_from(ApiSettings, args)
-    redis_url.check(settings.redis)  # cli.main prints its one line, not a traceback from inside uvicorn
+    redis_connect.check(settings)  # cli.main prints its one line, not a traceback from inside uvicorn
     options = uvicorn_options(settings)
     if settings_from(LogSettings, args).log_format == "json":
         options["log_config"] = None  # uvicorn's loggers then reach the root handler (hotboard.logs)

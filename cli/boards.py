@@ -1,8 +1,9 @@
 """``hotboard boards create|list|show``: declare and inspect board definitions (``hb:{B}:def``).
 
 The storage rules live in :mod:`hotboard.board_store`; this module only parses, prints and maps outcomes to
-exit codes (:mod:`cli.exits`): 0 done, 1 no such board, 2 refused or invalid, 3 Redis unreachable. The
-``--redis`` option is the worker's (``HOTBOARD_REDIS``), so both talk to the same Redis by default.
+exit codes (:mod:`cli.exits`): 0 done, 1 no such board, 2 refused or invalid, 3 Redis unreachable.
+``--redis`` and the options beside it (user, password file, TLS files) are the connection settings every
+process shares (:class:`hotboard.redis_connect.RedisSettings`).
 """
 
 from __future__ import annotations
@@ -15,21 +16,22 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from pydantic_settings import BaseSettings
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.connection import parse_url
+from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cli.exits import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
-from hotboard import board_store, keys, redis_url
+from hotboard import board_store, keys, redis_connect
 from hotboard import boards as b
 from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
+from hotboard.redis_connect import RedisSettings
+from hotboard.redis_url import BadRedisUrl
 from hotboard.safe_text import escape, redact, redact_url
-from ingest.settings import WorkerSettings
 
 #: Boards read per round trip pair by ``list`` (board_store.page): bounded replies whatever the board count.
 PAGE_SIZE = 100
@@ -45,10 +47,8 @@ class Refused(Exception):
         self.code = code
 
 
-def add_parser(sub: Any, settings: type[BaseSettings] = WorkerSettings) -> None:
-    """Register ``boards``; ``settings`` supplies ``--redis`` (and its environment variable)."""
-    if "redis" not in settings.model_fields:
-        raise TypeError(f"{settings.__name__} has no redis field")
+def add_parser(sub: Any) -> None:
+    """Register ``boards``, with the Redis connection options (and HOTBOARD_REDIS*) of the other commands."""
     p = sub.add_parser("boards", help="declare and inspect board definitions (order, operator, ties, seasons)")
     leaves = p.add_subparsers(dest="boards_command", required=True)
 
@@ -73,25 +73,28 @@ def add_parser(sub: Any, settings: type[BaseSettings] = WorkerSettings) -> None:
     show = leaves.add_parser("show", help="one board: definition, size, version, as_of")
     show.add_argument("name")
     for leaf, command in ((create, _create), (list_, _list), (show, _show)):
-        add_options(leaf, settings, only=("redis",))
+        add_options(leaf, RedisSettings)
         leaf.add_argument("--json", action="store_true", help="print JSON instead of text")
-        leaf.set_defaults(run=partial(_run, settings, command))
+        leaf.set_defaults(run=partial(_run, command))
 
 
-def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespace) -> int:
+def _run(command: Command, args: argparse.Namespace) -> int:
     """One client per command, always closed; Redis failures become one line and exit 3, not a traceback.
     Every line it prints goes through :func:`_err`, which masks the password of any URL in it."""
-    url = str(settings_from(settings, args).model_dump()["redis"])
+    settings = settings_from(RedisSettings, args)
+    url = settings.redis
     shown = redact_url(url)  # the only spelling of the URL any message holds
     where = f"hotboard boards {args.boards_command}"
 
     async def main() -> int:
         try:
-            redis_url.check(url)
-        except redis_url.BadRedisUrl as exc:
+            connection = redis_connect.connection_kwargs(settings)
+        except BadRedisUrl as exc:
             raise Refused(str(exc)) from None
         # one quick retry: a person is waiting, the worker's patient reconnect policy is not wanted here
-        client = Redis.from_url(url, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5)
+        client = Redis.from_url(
+            url, **connection, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5
+        )
         try:
             return await command(client, args)
         finally:
@@ -102,12 +105,20 @@ def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespac
     except (Refused, DefinitionError) as exc:
         _err(f"{where}: {exc}")
         return exc.code if isinstance(exc, Refused) else EXIT_CONFIG
+    except AuthenticationError as exc:  # a ConnectionError to redis-py, but not one a retry mends
+        _err(f"{where}: Redis refused the credentials of user {_user(settings)!r} at {shown}: {exc}")
+        return EXIT_UNAVAILABLE
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         _err(f"{where}: Redis unreachable at {shown}: {exc}")
         return EXIT_UNAVAILABLE
     except RedisError as exc:
         _err(f"{where}: Redis error: {exc}")
         return EXIT_UNAVAILABLE
+
+
+def _user(settings: RedisSettings) -> str:
+    """The ACL user a connection logs in as: the setting, else the URL's, else Redis's ``default``."""
+    return settings.redis_username or parse_url(settings.redis).get("username") or "default"  # type: ignore[no-untyped-call]
 
 
 async def _create(redis: Redis, args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import argparse
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
+from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
@@ -26,7 +27,8 @@ def env_var(settings: type[BaseSettings], name: str) -> str:
 
 
 def _help(settings: type[BaseSettings], name: str, field: FieldInfo) -> str:
-    default = "" if field.default in ("", None) else f", default {field.default}"
+    shown = field.default not in ("", None) and not isinstance(field.default, SecretStr)  # a secret has no default
+    default = f", default {field.default}" if shown else ""
     # argparse formats help with %: a literal percent sign must be doubled.
     return f"{field.description or ''} ({env_var(settings, name)}{default})".replace("%", "%%")
 

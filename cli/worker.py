@@ -11,7 +11,7 @@ from typing import Any
 from cli.exits import EXIT_CONFIG, EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
 from flusher.server import EvictionPolicyError
-from hotboard import redis_url
+from hotboard import redis_connect
 from ingest.kafka_config import KafkaUnavailable
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     settings = settings_from(WorkerSettings, args)
-    redis_url.check(settings.redis)
+    redis_connect.check(settings)
 
     async def main() -> None:
         async with Worker(settings) as worker:

@@ -6,14 +6,14 @@ from __future__ import annotations
 from pydantic import Field
 
 from hotboard.kafka_security import KafkaSecuritySettings
+from hotboard.redis_connect import RedisSettings
 from hotboard.settings import LogSettings
 
 
-class WorkerSettings(LogSettings, KafkaSecuritySettings):
+class WorkerSettings(LogSettings, KafkaSecuritySettings, RedisSettings):
     """``hotboard worker``: the CLI options are generated from these fields (:mod:`cli.options`)."""
 
     kafka: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...]")
-    redis: str = Field("redis://127.0.0.1:6379/0", description="Redis URL")
     topic: str = Field("scores", description="Topic the score events arrive on")
     group: str = Field("hotboard", description="Kafka consumer group shared by all workers")
     window_ms: int = Field(1000, ge=10, le=60_000, description="Length of one aggregation window")

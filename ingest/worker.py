@@ -39,6 +39,7 @@ from redis.asyncio import Redis
 from flusher.batch import BoardResult, Outcome
 from flusher.redis_sink import RedisSink
 from flusher.server import require_noeviction
+from hotboard import redis_connect
 from hotboard.timing import Backoff, ticker, wait_or_stop
 from ingest import dlq
 from ingest.assignment import Assignment
@@ -102,6 +103,7 @@ class Worker:
         if redis is None:
             redis = Redis.from_url(
                 s.redis,
+                **redis_connect.connection_kwargs(s),
                 socket_timeout=s.redis_timeout_s,
                 socket_connect_timeout=s.redis_timeout_s,
                 redis_connect_func=self._identity.on_connect,

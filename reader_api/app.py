@@ -14,6 +14,7 @@ from redis.backoff import NoBackoff
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from hotboard import redis_connect
 from reader_api import errors, ops_port
 from reader_api.cache import PageCache
 from reader_api.fastpath import FastPath
@@ -48,6 +49,7 @@ def connect(settings: ApiSettings) -> Redis:
     timeout = settings.api_redis_timeout_s
     pool = BlockingConnectionPool.from_url(
         settings.redis,
+        **redis_connect.connection_kwargs(settings),
         max_connections=settings.api_redis_max_connections,
         timeout=timeout,
         socket_timeout=timeout,

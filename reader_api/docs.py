@@ -1,9 +1,11 @@
-"""``/docs``: Swagger UI over ``/openapi.json``, its files served from the installed ``swagger-ui-bundle``
-package (the ``docs`` extra), so the page works offline. The product install ships no page assets: without
-the extra, ``/docs`` answers 404 and the contract stays at ``/openapi.json``."""
+"""``/docs``: Swagger UI over ``/openapi.json``, its files served by the API itself from the installed
+``drf-spectacular-sidecar`` package (the ``docs`` extra: Swagger UI's dist files, 5.x, which reads the OpenAPI
+3.1 document), so the page works offline. The product install ships no page assets: without the extra,
+``/docs`` answers 404 and the contract stays at ``/openapi.json``."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from starlette.requests import Request
@@ -26,12 +28,18 @@ PAGE = """<!DOCTYPE html>
 """
 
 
+#: Where the package keeps Swagger UI's dist files, relative to the package folder.
+_PACKAGE, _DIST = "drf_spectacular_sidecar", ("static", "drf_spectacular_sidecar", "swagger-ui-dist")
+
+
 def asset_dir() -> Path | None:
-    try:
-        import swagger_ui_bundle
-    except ImportError:
+    """The folder of Swagger UI's files, found without importing the package (its ``__init__`` imports Django,
+    which the API does not need to serve static files)."""
+    spec = importlib.util.find_spec(_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(str(swagger_ui_bundle.swagger_ui_path))
+    root = Path(next(iter(spec.submodule_search_locations))).joinpath(*_DIST)
+    return root if root.is_dir() else None
 
 
 def _unavailable() -> Response:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from hotboard.redis_connect import RedisSettings
 
 
-class ApiSettings(BaseSettings):
+class ApiSettings(RedisSettings):
     model_config = SettingsConfigDict(env_prefix="HOTBOARD_", frozen=True, extra="ignore")
 
-    redis: str = Field("redis://127.0.0.1:6379/0", description="Redis URL")
     api_host: str = Field("127.0.0.1", description="Interface the API binds to")
     api_port: int = Field(8000, ge=0, le=65535, description="TCP port of the API")
     api_metrics_port: int = Field(

