@@ -185,3 +185,27 @@ def test_erase_keeps_dense_counts_and_tie_times_whole(
         assert [m[16:] for m in r.zrange(keys.board_key("e"), 0, -1)] == [b"z", b"x", b"y"]
     finally:
         r.close()
+
+
+def test_refusals_are_one_line_with_their_exit_codes(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Unknown board or topic 1, invalid 2, Kafka unreachable or workers not caught up 3; nothing written."""
+    from cli.devstack import free_port
+    from cli.main import main
+
+    topic = topic_factory(2)
+    common = ("--redis", redis_url, "--kafka", kafka, "--topic", topic)
+    asyncio.run(publish(kafka, topic, [Event("b", "p", 1, None)]))
+    cases = [
+        (("boards", "delete", "nothing-here", *common), 1, "no board 'nothing-here'"),
+        (("boards", "delete", "b", "--redis", redis_url, "--kafka", kafka, "--topic", "no-such-topic"), 1, "no topic"),
+        (("boards", "erase", "b", "bad\x01id", *common), 2, "player must be"),
+        (("boards", "delete", "b", *common[:2], "--kafka", f"127.0.0.1:{free_port()}", "--topic", topic), 3, "Kafka"),
+        (("boards", "erase", "b", "p", "--wait-s", "0.5", *common), 3, "Nothing was erased"),
+    ]
+    for argv, code, said in cases:
+        assert main(list(argv)) == code, argv
+        out, err = capsys.readouterr()
+        assert out == "" and said in err and err.count("\n") == 1, (argv, err)
+    assert redis.Redis.from_url(redis_url).keys("hb:{b}*") == []
