@@ -615,7 +615,7 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
 
     # ------------------------------------------------------------------ print
     total_issued = sum(issued.values())
-    sadd = stat_delta(wrun.stats_before, wrun.stats_after, "sadd")
+    registry_zadds = stat_delta(wrun.stats_before, wrun.stats_after, "zadd")
     ceiling = max((c.rate for c in ceilings), default=0.0)
     wrate = wrun.rate(n)
     rows: list[tuple[str, str, str, str, str]] = [
@@ -724,8 +724,9 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
             f" entries per flush: {[r.entries for _, r in wrun.reports]}"
         )
     print(
-        f"  writes issued by command (commandstats delta): {issued}; plus SADD hb:boards={sadd} (board registry,"
-        f" once per board per process; not in the minimum); Lua inner calls counted in commandstats: {lua_counted}"
+        f"  writes issued by command (commandstats delta): {issued}; plus ZADD {keys.BOARD_INDEX_KEY}={registry_zadds}"
+        f" (board registry, once per new board per process; not in the minimum); Lua inner calls counted in"
+        f" commandstats: {lua_counted}"
     )
     if aof is not None:
         aof_w = {c: aof.get(c, 0) for c in WRITE_COMMANDS}

@@ -1,4 +1,5 @@
-"""``hotboard boards create|list|show``: declare and inspect board definitions (``hb:{B}:def``).
+"""``hotboard boards create|list|show|delete|erase``: declare and inspect board definitions (``hb:{B}:def``);
+remove a board or a player (:mod:`cli.removal`).
 
 The storage rules live in :mod:`hotboard.board_store`; this module only parses, prints and maps outcomes to
 exit codes (:mod:`cli.exits`): 0 done, 1 no such board, 2 refused or invalid, 3 Redis unreachable.
@@ -12,7 +13,6 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -24,7 +24,8 @@ from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from cli.exits import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
+from cli import removal
+from cli.exits import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, Refused
 from cli.options import add_options, settings_from
 from hotboard import board_store, keys, redis_connect
 from hotboard import boards as b
@@ -36,20 +37,12 @@ from hotboard.safe_text import escape, redact, redact_url
 #: Boards read per round trip pair by ``list`` (board_store.page): bounded replies whatever the board count.
 PAGE_SIZE = 100
 
-Command = Callable[[Redis, argparse.Namespace], Awaitable[int]]
-
-
-class Refused(Exception):
-    """A request this command will not carry out; the message is the one line the user sees."""
-
-    def __init__(self, message: str, code: int = EXIT_CONFIG) -> None:
-        super().__init__(message)
-        self.code = code
+Command = removal.Command
 
 
 def add_parser(sub: Any) -> None:
     """Register ``boards``, with the Redis connection options (and HOTBOARD_REDIS*) of the other commands."""
-    p = sub.add_parser("boards", help="declare and inspect board definitions (order, operator, ties, seasons)")
+    p = sub.add_parser("boards", help="declare, inspect and delete boards; erase a player from one")
     leaves = p.add_subparsers(dest="boards_command", required=True)
 
     create = leaves.add_parser("create", help="declare a board (idempotent; refused once the board has scores)")
@@ -72,8 +65,11 @@ def add_parser(sub: Any) -> None:
     list_.add_argument("--page-size", type=int, default=PAGE_SIZE, help=f"boards per read (default {PAGE_SIZE})")
     show = leaves.add_parser("show", help="one board: definition, size, version, as_of")
     show.add_argument("name")
-    for leaf, command in ((create, _create), (list_, _list), (show, _show)):
+    commands: list[tuple[argparse.ArgumentParser, Command]] = [(create, _create), (list_, _list), (show, _show)]
+    for leaf, _ in commands:
         add_options(leaf, RedisSettings)
+    commands += removal.add_parsers(leaves)
+    for leaf, command in commands:
         leaf.add_argument("--json", action="store_true", help="print JSON instead of text")
         leaf.set_defaults(run=partial(_run, command))
 

@@ -7,3 +7,11 @@ EXIT_NOT_FOUND = 1
 EXIT_CONFIG = 2
 #: A server (Kafka, Redis) could not be reached in time: retrying later may help.
 EXIT_UNAVAILABLE = 3
+
+
+class Refused(Exception):
+    """A request a command will not carry out; the message is the one line the user sees, ``code`` the exit."""
+
+    def __init__(self, message: str, code: int = EXIT_CONFIG) -> None:
+        super().__init__(message)
+        self.code = code

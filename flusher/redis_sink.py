@@ -147,7 +147,12 @@ class RedisSink(CheckpointHash):
                 raise ResponseError(f"flush script answered {len(reply)} boards for {len(owned)}")
             for i, board_reply in zip(owned, reply, strict=True):
                 per_batch[i] = board_reply
-        return [self._result(batch, reply) for batch, reply in zip(batches, per_batch, strict=True)]
+        results = [self._result(batch, reply) for batch, reply in zip(batches, per_batch, strict=True)]
+        pairs = zip(batches, per_batch, strict=True)
+        reborn = {(b.period.board if b.period else b.board) for b, r in pairs if _reborn(r)}
+        if reborn:  # written again after a deletion, which took them off the index: listed again (rare)
+            await self._redis.zadd(keys.BOARD_INDEX_KEY, dict.fromkeys(reborn, 0))
+        return results
 
     def _commands(
         self, batches: Sequence[BoardBatch], expected: ExpectedWatermark, owners: list[tuple[bool, list[int]]]
@@ -245,6 +250,11 @@ class RedisSink(CheckpointHash):
         if status == -2:
             return BoardResult(batch.board, Outcome.REDEFINED, 0)
         raise ResponseError(f"unexpected flush script reply {reply!r}")
+
+
+def _reborn(reply: Any) -> bool:
+    """An applied board's reply says whether it was its first batch since the board was deleted."""
+    return int(reply[0]) == 0 and len(reply) > 3 and int(reply[3]) == 1
 
 
 def _board_keys(board: str) -> list[str]:

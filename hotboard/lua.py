@@ -9,7 +9,7 @@ AOF-logs its effects wrapped in MULTI/EXEC). Each names its KEYS and ARGV in its
 from __future__ import annotations
 
 from hotboard.boards import DEFAULT
-from hotboard.keys import MAX_EXACT, META_AS_OF, META_VERSION
+from hotboard.keys import APPLIED_DELETED_VERSION, MAX_EXACT, META_AS_OF, META_VERSION
 
 #: What every flush script starts with, for one board whose KEYS follow ``k`` and whose ARGV follow ``a`` (FLUSH
 #: takes many boards per call). Its KEYS: board zset, applied hash, meta hash, definition hash (APPLY adds the
@@ -22,7 +22,8 @@ from hotboard.keys import MAX_EXACT, META_AS_OF, META_VERSION
 #: at once); {-1, current...} fenced (someone else moved a watermark: a new owner, or Redis lost writes); {-2,
 #: spec} the board's definition is not the one the worker folded with. Either way it also answers n, where the
 #: board's own arguments start, and the expiry. ``commit`` writes the new watermarks and bumps the meta; it
-#: answers {0, version, saturated}.
+#: answers {0, version, saturated, reborn} (reborn 1: the board's first batch since it was deleted, see
+#: :mod:`hotboard.lua_removal`: it must be listed again).
 _PRELUDE = f"""
 local max = {MAX_EXACT}
 local function fence(k, a)
@@ -73,7 +74,11 @@ local function commit(k, a, n, expire_ms, nkeys, saturated)
     marks[2 * i + 2] = ARGV[at + 2]  -- the new watermark
   end
   redis.call('HSET', applied_key, unpack(marks))
-  local version = redis.call('HINCRBY', meta_key, '{META_VERSION}', 1)
+  local version, reborn = redis.call('HINCRBY', meta_key, '{META_VERSION}', 1), 0
+  if version == 1 then  -- a new meta: on a deleted board, go on from the version it had
+    local floor = redis.call('HGET', applied_key, '{APPLIED_DELETED_VERSION}')
+    if floor then version, reborn = redis.call('HINCRBY', meta_key, '{META_VERSION}', tonumber(floor)), 1 end
+  end
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -84,7 +89,7 @@ local function commit(k, a, n, expire_ms, nkeys, saturated)
       if redis.call('PTTL', KEYS[j]) == -1 then redis.call('PEXPIREAT', KEYS[j], expire_ms) end
     end
   end
-  return {{0, version, saturated}}
+  return {{0, version, saturated, reborn}}
 end
 """
 

@@ -59,6 +59,12 @@ class WorkerSettings(LogSettings, KafkaSecuritySettings, RedisSettings):
     )
     revoke_flush_timeout_s: float = Field(3.0, gt=0, description="Budget of the flush before giving partitions up")
     halt_recheck_s: float = Field(30.0, gt=0, description="How often a halted partition is checked again")
+    progress_interval_s: float = Field(
+        30.0,
+        ge=0,
+        description="One progress line (events/s, windows, lag, dead letters) per interval, and at most one dead "
+        "letter line per reason per interval; 0 turns both off",
+    )
 
     @property
     def dlq(self) -> str:

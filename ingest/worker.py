@@ -51,6 +51,7 @@ from ingest.ops_http import serve_ops
 from ingest.partitions import Halt
 from ingest.pausing import PauseReason
 from ingest.pending import Pending, Window
+from ingest.progress import Counters, DeadLetterLog, Progress
 from ingest.redis_health import RedisHealth
 from ingest.settings import WorkerSettings
 
@@ -132,6 +133,9 @@ class Worker:
         #: An unexpected error met inside a rebalance callback (which the consumer would swallow): run() raises it.
         self._failure: Exception | None = None
         self.flushes = 0
+        self.dead_letters = 0
+        self.progress = Progress(s.progress_interval_s)
+        self.dead_letter_log = DeadLetterLog(s.progress_interval_s)
         self.fenced = 0
         self.failed_flushes = 0
 
@@ -383,6 +387,8 @@ class Worker:
             self._heartbeat = time.monotonic()
             async with self._lock:
                 ok = await self._flush_all()
+            if line := self.progress.line(self.counters()):
+                log.info(line)
             if not ok:
                 await wait_or_stop(self._stopping, self._backoff.next_delay())
 
@@ -462,10 +468,20 @@ class Worker:
         self._update_backpressure()
         return True
 
+    def counters(self) -> Counters:
+        """What the progress line reports: events applied, windows flushed, dead letters so far; the lag now."""
+        applied = self.metrics.registry.get_sample_value("hotboard_events_total", {"result": "applied"}) or 0
+        lag = sum(s.value for m in self.metrics.consumer_lag.collect() for s in m.samples)
+        return Counters(int(applied), self.flushes, self.dead_letters, int(lag))
+
     async def _send_dead_letters(self, window: Window) -> None:
         letters = window.take_dead_letters()
-        for _, error in letters:
+        self.dead_letters += len(letters)
+        for record, error in letters:
             self.metrics.dlq.labels(error.reason.value).inc()
+            where = f"partition {record.partition} offset {record.offset}"
+            if line := self.dead_letter_log.line(error.reason.value, where, error.detail[:200]):
+                log.warning(line)
         self._dead.add([dlq.letter(record, error, self._dead.max_bytes) for record, error in letters])
         failures = self._dead.failures
         await self._dead.send_pending()

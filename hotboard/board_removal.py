@@ -1,0 +1,85 @@
+"""Removing data: a whole board (``hotboard boards delete``) or one player of it (``erase``), each in one script
+(:mod:`hotboard.lua_removal`), safe while workers run.
+
+A deleted board keeps its watermarks, raised to the **delete point**: per partition of the topic, the last
+offset of the log when the command read it (or what was applied already, if further). Events at or below it
+never count again, whether a worker held them in a window at that moment or a replay brings them back; events
+after it start the board afresh. A player is erased only once every event sent before the command is applied
+(the topic's checkpoints reached the log's end it read): no window in flight can then hold an event of the
+player from before, and replays are skipped by the board's watermarks as always. Events of the player sent
+later count again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from hotboard import keys, lua_removal
+from hotboard.script import Script
+
+_DELETE = Script(lua_removal.DELETE)
+_ERASE = Script(lua_removal.ERASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    #: False: nothing of the board was there (nothing was written).
+    found: bool
+    #: The version the board had (a board written again goes on from it).
+    version: int
+    #: partition -> the delete point (-1: the partition had no event yet).
+    points: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Erased:
+    #: False: the board held nothing of the player.
+    found: bool
+    #: The player's stored score before (None: not on the board).
+    score: float | None
+
+
+async def epochs(redis: Redis, topic: str, partitions: list[int]) -> dict[int, int]:
+    """partition -> its log epoch (:func:`hotboard.keys.epoch_field`), which names its watermark field."""
+    raw = await redis.hmget(keys.checkpoint_key(topic), [keys.epoch_field(p) for p in partitions])
+    return {p: int(v) if v is not None else 0 for p, v in zip(partitions, raw, strict=True)}
+
+
+async def checkpoints(redis: Redis, topic: str, partitions: list[int]) -> dict[int, int]:
+    """partition -> its checkpoint (-1 when absent)."""
+    raw = await redis.hmget(keys.checkpoint_key(topic), [str(p) for p in partitions])
+    return {p: int(v) if v is not None else -1 for p, v in zip(partitions, raw, strict=True)}
+
+
+async def delete(redis: Redis, topic: str, board: str, last_offsets: Mapping[int, int]) -> Deleted:
+    """Delete ``board``, its delete point per partition at least ``last_offsets`` (partition -> the log's last
+    offset, -1 when empty)."""
+    partitions = sorted(last_offsets)
+    epoch = await epochs(redis, topic, partitions)
+    args: list[str | int] = [board]
+    for p in partitions:
+        args += (keys.watermark_field(topic, p, epoch[p]), last_offsets[p])
+    board_keys = [
+        *(keys.board_key(board), keys.applied_key(board), keys.meta_key(board), keys.def_key(board)),
+        *(keys.player_meta_key(board), keys.members_key(board), keys.dense_key(board), keys.counts_key(board)),
+        keys.BOARD_INDEX_KEY,
+    ]
+    reply = await _DELETE(redis, board_keys, args)
+    if not int(reply[0]):
+        return Deleted(False, 0, {})
+    return Deleted(True, int(reply[1]), {p: int(v) for p, v in zip(partitions, reply[2:], strict=True)})
+
+
+async def erase(redis: Redis, board: str, player: str) -> Erased:
+    """Remove ``player`` from ``board`` (score, tie time, dense count, meta) in one step."""
+    board_keys = [
+        *(keys.board_key(board), keys.meta_key(board), keys.def_key(board), keys.player_meta_key(board)),
+        *(keys.members_key(board), keys.dense_key(board), keys.counts_key(board)),
+    ]
+    reply = await _ERASE(redis, board_keys, [player])
+    if not int(reply[0]):
+        return Erased(False, None)
+    return Erased(True, None if reply[1] is None else float(reply[1]))

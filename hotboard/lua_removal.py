@@ -1,0 +1,79 @@
+"""The removal scripts behind ``hotboard boards delete`` and ``erase``: each one atomic step on one board's slot.
+
+Why deleting keeps the watermarks: a worker may hold a window of the board folded before the deletion, and a
+replay from Kafka (a restart, a checkpoint written back) brings old events again. Both must be recognised as
+applied, or the board would come back holding only part of its old events. So DELETE raises every watermark to
+the delete point (the log's end when the command read it, or what was applied if that is further) and keeps
+them: a pending window then finds other watermarks than it expects and its worker resynchronises (the fence of
+:mod:`hotboard.lua`), and every event at or below the delete point is skipped as a duplicate from then on.
+"""
+
+from __future__ import annotations
+
+from hotboard.keys import APPLIED_DELETED_VERSION, META_AS_OF, META_VERSION
+
+#: Delete a board's scores, meta, definition, player meta and aux structures, and its index entry; raise its
+#: watermarks to the delete point and keep them, with the version it had (a board written again goes on from
+#: it, so no reader's cache keyed by version serves a page of the deleted board). KEYS: board zset, applied
+#: hash, meta hash, definition hash, player meta hash, members hash, dense zset, counts hash, the board index.
+#: ARGV: the board's name, then pairs (watermark field, last offset of the log; -1 for an empty partition).
+#: Answers {0} for a board that was never there (nothing written), else {1, version, delete point...} with the
+#: delete point per pair (-1: no event there yet).
+DELETE = f"""
+local board_key, applied_key, meta_key, def_key, index_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9]
+local board = ARGV[1]
+if redis.call('EXISTS', board_key, applied_key, meta_key, def_key) == 0 then return {{0}} end
+local version = tonumber(redis.call('HGET', meta_key, '{META_VERSION}') or '0')
+local floor = tonumber(redis.call('HGET', applied_key, '{APPLIED_DELETED_VERSION}') or '0')
+if floor > version then version = floor end  -- deleted before and not written since
+local out = {{1, version}}
+for i = 2, #ARGV, 2 do
+  local field, point = ARGV[i], tonumber(ARGV[i + 1])
+  local applied = tonumber(redis.call('HGET', applied_key, field) or '-1')
+  if applied > point then point = applied end  -- applied past the log end it read: a window landed meanwhile
+  if point >= 0 then redis.call('HSET', applied_key, field, point) end
+  out[#out + 1] = point
+end
+redis.call('HSET', applied_key, '{APPLIED_DELETED_VERSION}', version)
+redis.call('DEL', board_key, meta_key, def_key, KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+redis.call('ZREM', index_key, board)
+return out
+"""
+
+#: Remove one player from a board: its score, its tie time (``earliest``), its dense count, its display meta;
+#: the version moves (readers' caches see the change). KEYS: board zset, meta hash, definition hash, player meta
+#: hash, members hash, dense zset, counts hash. ARGV: the player. Answers {0} when the board held nothing of the
+#: player, else {1, the stored score or false}.
+ERASE = f"""
+local board_key, meta_key, def_key, pmeta_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local members_key, dense_key, counts_key = KEYS[5], KEYS[6], KEYS[7]
+local player = ARGV[1]
+local ties = redis.call('HGET', def_key, 'ties') or 'shared'
+local member = player
+local found = 0
+if ties == 'earliest' then
+  member = redis.call('HGET', members_key, player)
+  found = redis.call('HDEL', members_key, player)
+end
+local score = false
+if member then
+  score = redis.call('ZSCORE', board_key, member)
+  if score then
+    redis.call('ZREM', board_key, member)
+    found = 1
+    if ties == 'dense' then
+      local s = string.format('%.17g', tonumber(score))
+      if redis.call('HINCRBY', counts_key, s, -1) <= 0 then
+        redis.call('HDEL', counts_key, s)
+        redis.call('ZREM', dense_key, s)
+      end
+    end
+  end
+end
+found = math.max(found, redis.call('HDEL', pmeta_key, player))
+if found == 0 then return {{0}} end
+redis.call('HINCRBY', meta_key, '{META_VERSION}', 1)
+local t = redis.call('TIME')
+redis.call('HSET', meta_key, '{META_AS_OF}', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+return {{1, score}}
+"""
