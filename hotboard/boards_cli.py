@@ -16,16 +16,16 @@ from functools import partial
 from typing import Any
 
 from pydantic_settings import BaseSettings
-from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hotboard import board_store, keys, redis_url
+from hotboard import board_store, keys, redis_client, redis_url
 from hotboard import boards as b
 from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
+from hotboard.redis_client import Client
 from hotboard.safe_text import escape, redact, redact_url
 from hotboard.settings_cli import add_options, settings_from
 
@@ -35,7 +35,7 @@ EXIT_UNAVAILABLE = 3
 #: Boards read per round trip pair by ``list`` (board_store.page): bounded replies whatever the board count.
 PAGE_SIZE = 100
 
-Command = Callable[[Redis, argparse.Namespace], Awaitable[int]]
+Command = Callable[[Client, argparse.Namespace], Awaitable[int]]
 
 
 class Refused(Exception):
@@ -74,7 +74,7 @@ def add_parser(sub: Any, settings: type[BaseSettings]) -> None:
     show = leaves.add_parser("show", help="one board: definition, size, version, as_of")
     show.add_argument("name")
     for leaf, command in ((create, _create), (list_, _list), (show, _show)):
-        add_options(leaf, settings, only=("redis",))
+        add_options(leaf, settings, only=("redis", "redis_cluster"))
         leaf.add_argument("--json", action="store_true", help="print JSON instead of text")
         leaf.set_defaults(run=partial(_run, settings, command))
 
@@ -82,17 +82,20 @@ def add_parser(sub: Any, settings: type[BaseSettings]) -> None:
 def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespace) -> int:
     """One client per command, always closed; Redis failures become one line and exit 3, not a traceback.
     Every line it prints goes through :func:`_err`, which masks the password of any URL in it."""
-    url = str(settings_from(settings, args).model_dump()["redis"])
+    given = settings_from(settings, args).model_dump()
+    url, cluster = str(given["redis"]), bool(given["redis_cluster"])
     shown = redact_url(url)  # the only spelling of the URL any message holds
     where = f"hotboard boards {args.boards_command}"
 
     async def main() -> int:
         try:
-            redis_url.check(url)
+            redis_url.check(url, cluster)
         except redis_url.BadRedisUrl as exc:
             raise Refused(str(exc)) from None
         # one quick retry: a person is waiting, the worker's patient reconnect policy is not wanted here
-        client = Redis.from_url(url, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5)
+        client = redis_client.connect(
+            url, cluster=cluster, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5
+        )
         try:
             return await command(client, args)
         finally:
@@ -111,7 +114,7 @@ def _run(settings: type[BaseSettings], command: Command, args: argparse.Namespac
         return EXIT_UNAVAILABLE
 
 
-async def _create(redis: Redis, args: argparse.Namespace) -> int:
+async def _create(redis: Client, args: argparse.Namespace) -> int:
     definition = BoardDef(args.order, args.operator, args.ties, args.reset, args.keep, args.grace_ms)
     done = await board_store.declare(redis, args.name, definition)
     if args.json:
@@ -130,7 +133,7 @@ async def _create(redis: Redis, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _list(redis: Redis, args: argparse.Namespace) -> int:
+async def _list(redis: Client, args: argparse.Namespace) -> int:
     if args.page_size < 1:
         raise Refused("--page-size must be at least 1")
     rows: list[dict[str, str | int]] = []
@@ -154,7 +157,7 @@ async def _list(redis: Redis, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _show(redis: Redis, args: argparse.Namespace) -> int:
+async def _show(redis: Client, args: argparse.Namespace) -> int:
     board = args.name
     if not keys.is_valid_board(board):
         raise Refused("board must be 1-64 characters of A-Z a-z 0-9 _ . : -")

@@ -48,7 +48,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ingest.worker import Worker
 
     settings = settings_from(WorkerSettings, args)
-    redis_url.check(settings.redis)
+    redis_url.check(settings.redis, settings.redis_cluster)
 
     async def main() -> None:
         async with Worker(settings) as worker:

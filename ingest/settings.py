@@ -13,6 +13,18 @@ class WorkerSettings(LogSettings):
 
     kafka: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...]")
     redis: str = Field("redis://127.0.0.1:6379/0", description="Redis URL")
+    redis_cluster: bool = Field(
+        False, description="Redis is a Redis Cluster: --redis names seed nodes, redis://h1:p1[,h2:p2...]"
+    )
+    min_replica_acks: int = Field(
+        -1,
+        ge=-1,
+        description="Replicas of each master written to that must confirm a window (WAIT) before its checkpoint "
+        "moves; -1: 1 on a Redis Cluster, 0 on one server",
+    )
+    replica_ack_timeout_ms: int = Field(
+        1000, ge=1, description="How long WAIT waits for those replicas; short, the window is retried"
+    )
     topic: str = Field("scores", description="Topic the score events arrive on")
     group: str = Field("hotboard", description="Kafka consumer group shared by all workers")
     window_ms: int = Field(1000, ge=10, le=60_000, description="Length of one aggregation window")
@@ -62,6 +74,13 @@ class WorkerSettings(LogSettings):
     @property
     def dlq(self) -> str:
         return self.dlq_topic or f"{self.topic}.dlq"
+
+    @property
+    def replica_acks(self) -> int:
+        """The replicas a window must reach (see ``min_replica_acks``)."""
+        if self.min_replica_acks >= 0:
+            return self.min_replica_acks
+        return 1 if self.redis_cluster else 0
 
     @property
     def window_s(self) -> float:

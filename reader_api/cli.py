@@ -15,7 +15,12 @@ from reader_api.server import Limits, protocol_class
 from reader_api.settings import ApiSettings
 
 #: Short spellings kept from before the options were generated (``--api-host`` etc. work too).
-ALIASES = {"api_host": ["--host"], "api_port": ["--port"], "api_cache_size": ["--cache-size"]}
+ALIASES = {
+    "api_host": ["--host"],
+    "api_port": ["--port"],
+    "api_cache_size": ["--cache-size"],
+    "api_read_from": ["--read-from"],
+}
 
 
 def add_parser(sub: Any) -> None:
@@ -57,6 +62,7 @@ def uvicorn_options(settings: ApiSettings) -> dict[str, Any]:
 
 def cmd_api(args: argparse.Namespace) -> int:
     settings = settings_from(ApiSettings, args)
-    redis_url.check(settings.redis)  # hotboard.cli prints its one line, not a traceback from inside uvicorn
+    # hotboard.cli prints its one line, not a traceback from inside uvicorn
+    redis_url.check(settings.redis, settings.redis_cluster)
     uvicorn.run(create_app(settings, serve_metrics=True), **uvicorn_options(settings))
     return 0

@@ -12,6 +12,14 @@ class ApiSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HOTBOARD_", frozen=True, extra="ignore")
 
     redis: str = Field("redis://127.0.0.1:6379/0", description="Redis URL")
+    redis_cluster: bool = Field(
+        False, description="Redis is a Redis Cluster: --redis names seed nodes, redis://h1:p1[,h2:p2...]"
+    )
+    api_read_from: Literal["master", "replica"] = Field(
+        "master",
+        description="On a Redis Cluster, answer from the masters or spread reads over their replicas (each answer "
+        "one snapshot, maybe a little older: as_of and version say how fresh)",
+    )
     api_host: str = Field("127.0.0.1", description="Interface the API binds to")
     api_port: int = Field(8000, ge=0, le=65535, description="TCP port of the API")
     api_metrics_port: int = Field(

@@ -50,7 +50,7 @@ def sample(field_default: object, annotation: object = None) -> str:
     if get_origin(annotation) is Literal:
         return str(next(c for c in get_args(annotation) if c != field_default))
     if isinstance(field_default, bool):
-        raise AssertionError("add boolean support to hotboard/settings_cli.py")
+        return "false" if field_default else "true"
     if isinstance(field_default, int | float):
         return str(field_default + 1)
     return "DEBUG" if field_default == "INFO" else f"{field_default}x"
@@ -65,7 +65,9 @@ def test_docs_document_every_setting_with_its_option_env_and_default(command: st
         assert env in rows, f"docs/configuration.md ({heading}) has no row for {env}"
         options, _, default = rows[env]
         assert option(name) in options, f"docs/configuration.md row {env} lacks {option(name)}"
-        if isinstance(field.default, int | float):
+        if isinstance(field.default, bool):
+            assert default == str(field.default).lower(), f"docs/configuration.md default of {env}"
+        elif isinstance(field.default, int | float):
             assert float(default) == field.default, f"docs/configuration.md default of {env}"
         elif field.default:
             assert default == field.default, f"docs/configuration.md default of {env}"
