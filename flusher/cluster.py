@@ -250,6 +250,7 @@ class ClusterSink(RedisSink):
         return _skip_asking(replies, ask), acks
 
     async def _refresh_if_stale(self) -> None:
+        await self._cluster.initialize()  # a client that never sent a command has no slot map yet
         if self._stale:
             await self._cluster.nodes_manager.initialize()
             self._stale = False
