@@ -16,7 +16,12 @@ from reader_api.server import Limits, protocol_class
 from reader_api.settings import ApiSettings
 
 #: Short spellings of the most used options (the generated ``--api-host`` etc. work too).
-ALIASES = {"api_host": ["--host"], "api_port": ["--port"], "api_cache_size": ["--cache-size"]}
+ALIASES = {
+    "api_host": ["--host"],
+    "api_port": ["--port"],
+    "api_cache_size": ["--cache-size"],
+    "api_read_from": ["--read-from"],
+}
 
 
 def add_parser(sub: Any) -> None:

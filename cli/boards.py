@@ -16,7 +16,6 @@ import sys
 from functools import partial
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
@@ -30,6 +29,7 @@ from cli.options import add_options, settings_from
 from hotboard import board_store, keys, redis_connect
 from hotboard import boards as b
 from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
+from hotboard.redis_client import Client
 from hotboard.redis_connect import RedisSettings
 from hotboard.redis_url import BadRedisUrl
 from hotboard.safe_text import escape, redact, redact_url
@@ -84,12 +84,12 @@ def _run(command: Command, args: argparse.Namespace) -> int:
 
     async def main() -> int:
         try:
-            connection = redis_connect.connection_kwargs(settings)
+            redis_connect.check(settings)
         except BadRedisUrl as exc:
             raise Refused(str(exc)) from None
         # one quick retry: a person is waiting, the worker's patient reconnect policy is not wanted here
-        client = Redis.from_url(
-            url, **connection, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5
+        client = redis_connect.connect(
+            settings, retry=Retry(NoBackoff(), 1), socket_connect_timeout=5, socket_timeout=5
         )
         try:
             return await command(client, args)
@@ -117,7 +117,7 @@ def _user(settings: RedisSettings) -> str:
     return settings.redis_username or parse_url(settings.redis).get("username") or "default"  # type: ignore[no-untyped-call]
 
 
-async def _create(redis: Redis, args: argparse.Namespace) -> int:
+async def _create(redis: Client, args: argparse.Namespace) -> int:
     definition = BoardDef(args.order, args.operator, args.ties, args.reset, args.keep, args.grace_ms)
     done = await board_store.declare(redis, args.name, definition)
     if args.json:
@@ -136,7 +136,7 @@ async def _create(redis: Redis, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _list(redis: Redis, args: argparse.Namespace) -> int:
+async def _list(redis: Client, args: argparse.Namespace) -> int:
     if args.page_size < 1:
         raise Refused("--page-size must be at least 1")
     rows: list[dict[str, str | int]] = []
@@ -160,7 +160,7 @@ async def _list(redis: Redis, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _show(redis: Redis, args: argparse.Namespace) -> int:
+async def _show(redis: Client, args: argparse.Namespace) -> int:
     board = args.name
     if not keys.is_valid_board(board):
         raise Refused("board must be 1-64 characters of A-Z a-z 0-9 _ . : -")

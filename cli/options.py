@@ -46,6 +46,8 @@ def add_options(
         if only is not None and name not in only:
             continue
         choices = get_args(field.annotation) if get_origin(field.annotation) is Literal else None
+        # a switch: ``--redis-cluster`` alone means true, ``--redis-cluster false`` spells the default out
+        switch: dict[str, Any] = {"nargs": "?", "const": "true"} if field.annotation is bool else {}
         parser.add_argument(
             option(name),
             *(aliases or {}).get(name, ()),
@@ -55,6 +57,7 @@ def add_options(
             choices=choices,
             metavar=name.upper(),
             help=_help(settings, name, field),
+            **switch,
         )
 
 

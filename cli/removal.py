@@ -13,13 +13,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.asyncio import Redis
-
 from cli.exits import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, Refused
 from cli.log_ends import LogEndsUnavailable, last_offsets
 from cli.options import add_options, settings_from
 from hotboard import board_removal, kafka_security, keys
 from hotboard.kafka_security import KafkaSecuritySettings
+from hotboard.redis_client import Client
 from hotboard.redis_connect import RedisSettings
 from hotboard.safe_text import escape
 from ingest.settings import WorkerSettings
@@ -32,7 +31,7 @@ DEFAULT_WAIT_S = 60.0
 KAFKA_TIMEOUT_S = 15.0
 _POLL_S = 0.2
 
-Command = Callable[[Redis, argparse.Namespace], Awaitable[int]]
+Command = Callable[[Client, argparse.Namespace], Awaitable[int]]
 
 
 def add_parsers(leaves: Any) -> list[tuple[argparse.ArgumentParser, Command]]:
@@ -75,7 +74,7 @@ def _check_board(board: str) -> None:
         raise Refused("board must be 1-64 characters of A-Z a-z 0-9 _ . : -")
 
 
-async def _delete(redis: Redis, args: argparse.Namespace) -> int:
+async def _delete(redis: Client, args: argparse.Namespace) -> int:
     _check_board(args.name)
     topic, last = await _log_end(args)
     done = await board_removal.delete(redis, topic, args.name, last)
@@ -90,7 +89,7 @@ async def _delete(redis: Redis, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _erase(redis: Redis, args: argparse.Namespace) -> int:
+async def _erase(redis: Client, args: argparse.Namespace) -> int:
     _check_board(args.name)
     if not keys.is_valid_player(args.player):
         raise Refused("player must be 1-128 characters without control characters")
@@ -107,7 +106,7 @@ async def _erase(redis: Redis, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _wait_applied(redis: Redis, topic: str, last: dict[int, int], wait_s: float) -> None:
+async def _wait_applied(redis: Client, topic: str, last: dict[int, int], wait_s: float) -> None:
     """Until every partition's checkpoint reached the log's end read before: no window in flight then holds an
     event sent before the command."""
     wanted = {p: o for p, o in last.items() if o >= 0}

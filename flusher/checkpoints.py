@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from redis.asyncio import Redis
-
 from flusher.batch import NO_WATERMARK, CheckpointResult
 from hotboard import keys, lua
+from hotboard.redis_client import Client
 from hotboard.script import Script
 
 _CHECKPOINT = Script(lua.CHECKPOINT)
@@ -29,7 +28,7 @@ _LIFT_HALT = Script(lua.LIFT_HALT)
 class CheckpointHash:
     """Checkpoints, halts and epochs of one topic's partitions; the watermark field of each partition's epoch."""
 
-    def __init__(self, redis: Redis, topic: str) -> None:
+    def __init__(self, redis: Client, topic: str) -> None:
         self._redis = redis
         self._topic = topic
         self._key = keys.checkpoint_key(topic)

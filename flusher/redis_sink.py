@@ -11,9 +11,9 @@ after every batch of the window is confirmed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 from hiredis import pack_command
 from redis.asyncio import Redis
@@ -26,6 +26,7 @@ from hotboard import board_store, earliest, keys, lua, lua_definitions, operator
 from hotboard.board_store import Found
 from hotboard.boards import BoardDef
 from hotboard.bounded import BoundedCache
+from hotboard.redis_client import Client
 from hotboard.script import Script
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,10 @@ class RedisSink(CheckpointHash):
     """The :class:`flusher.batch.Sink` on one Redis (or one Redis Cluster slot per board and per topic); the
     checkpoints, halts and epochs are :class:`flusher.checkpoints.CheckpointHash`'s."""
 
-    def __init__(self, redis: Redis, topic: str, script_players: int = 4000) -> None:
+    #: board -> its hash slot, where a FLUSH call must not mix boards of two slots (None: one server)
+    _slot_of: Callable[[str], int] | None = None
+
+    def __init__(self, redis: Client, topic: str, script_players: int = 4000) -> None:
         super().__init__(redis, topic)
         self._script_players = script_players
         self._tails: BoundedCache[BoardDef, tuple[str, int, int]] = BoundedCache(MAX_TAILS)
@@ -68,7 +72,8 @@ class RedisSink(CheckpointHash):
         # one script, one reply: the checkpoint and every watermark read atomically together (the intake asks
         # for at most a fold chunk's boards at once)
         keys_ = [self._key, *map(keys.applied_key, ordered)]
-        checkpoint, *rows = await wire.script(self._redis, _LOOKUP, keys_, [str(partition), self.field(partition)])
+        args = [str(partition), self.field(partition)]
+        checkpoint, *rows = await wire.script(cast(Redis, self._redis), _LOOKUP, keys_, args)
         marks = {b: int(v) for b, v in zip(ordered, rows, strict=True)}
         return marks, int(checkpoint)
 
@@ -106,7 +111,8 @@ class RedisSink(CheckpointHash):
             commands.append(pack_command(tuple(zadd)))
         seasonal = [(b, d.spec) for b, found in new.items() for d in found if d.seasonal]
         commands += [_MARK.packed([keys.meta_key(b), keys.def_key(b)], [s]) for b, s in seasonal]
-        replies = await wire.scripts(self._redis, commands, (_MARK,))
+        route = [keys.BOARD_INDEX_KEY] * (len(commands) - len(seasonal)) + [keys.meta_key(b) for b, _ in seasonal]
+        replies = await self._send_keyed(commands, route, (_MARK,))
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
@@ -134,8 +140,7 @@ class RedisSink(CheckpointHash):
             log.warning("boards %s were redeclared since their definition was cached", sorted(stale))
             return [BoardResult(b.board, Outcome.REDEFINED, 0) for b in batches]
         owners: list[tuple[bool, list[int]]] = []
-        # a NOSCRIPT reply (Redis restarted and forgot the script) applied nothing: just those are resent
-        replies = await wire.scripts(self._redis, self._commands(batches, expected, owners), (_FLUSH, _APPLY))
+        replies = await self._send_window(self._commands(batches, expected, owners), owners, batches)
         per_batch: list[Any] = [None] * len(batches)
         for reply, (apply, owned) in zip(replies, owners, strict=True):
             if isinstance(reply, Exception):
@@ -154,6 +159,18 @@ class RedisSink(CheckpointHash):
             await self._redis.zadd(keys.BOARD_INDEX_KEY, dict.fromkeys(reborn, 0))
         return results
 
+    async def _send_window(
+        self, commands: Iterator[bytes], owners: list[tuple[bool, list[int]]], batches: Sequence[BoardBatch]
+    ) -> list[Any]:
+        """The window's commands out, their replies in (``owners``: which batches each carries, see
+        :meth:`_commands`); a NOSCRIPT reply (Redis restarted and forgot the script) applied nothing: just
+        those are resent."""
+        return await wire.scripts(cast(Redis, self._redis), commands, (_FLUSH, _APPLY))
+
+    async def _send_keyed(self, commands: list[bytes], route: list[str], used: Sequence[Script]) -> list[Any]:
+        """Commands each touching the slot of its ``route`` key (one server: all together)."""
+        return await wire.scripts(cast(Redis, self._redis), commands, used)
+
     def _commands(
         self, batches: Sequence[BoardBatch], expected: ExpectedWatermark, owners: list[tuple[bool, list[int]]]
     ) -> Iterator[bytes]:
@@ -163,6 +180,7 @@ class RedisSink(CheckpointHash):
         group_args: list[Any] = []
         group: list[int] = []
         players = 0
+        slot_of, group_slot = self._slot_of, -1
         for i, batch in enumerate(batches):
             fence = self._fence(batch, expected)
             plain = batch.states is None and batch.steps is None and not batch.metas
@@ -170,6 +188,12 @@ class RedisSink(CheckpointHash):
                 owners.append((True, [i]))
                 yield self._apply_command(batch, fence)
                 continue
+            if slot_of is not None:  # a script touches one slot: groups break where the slot changes
+                slot, group_slot = group_slot, slot_of(batch.board)
+                if group and slot != group_slot:
+                    owners.append((False, group))
+                    yield _FLUSH.packed(group_keys, group_args)
+                    group_keys, group_args, group, players = [], [], [], 0
             if group and (players + len(batch.deltas) > self._script_players or len(group) >= MAX_GROUP):
                 owners.append((False, group))
                 yield _FLUSH.packed(group_keys, group_args)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import RedisError, ResponseError
+
+from hotboard.redis_client import Client
 
 REQUIRED_POLICY = "noeviction"
 
@@ -30,7 +31,7 @@ class ServerRestarted(RedisError):
     redis-py would retry it, and every retry meets the same server."""
 
 
-async def eviction_policy(redis: Redis) -> str | None:
+async def eviction_policy(redis: Client) -> str | None:
     """Redis's ``maxmemory-policy``: from ``INFO memory`` (readable where CONFIG is disabled, as on managed
     services), else from ``CONFIG GET``; None when neither answers."""
     try:
@@ -47,7 +48,7 @@ async def eviction_policy(redis: Redis) -> str | None:
     return _text(found[0]) if found and found[0] else None
 
 
-async def require_noeviction(redis: Redis) -> None:
+async def require_noeviction(redis: Client) -> None:
     """Raises :class:`EvictionPolicyError` (one line) unless Redis says ``noeviction``. Raises what Redis
     raises when it cannot be reached (the caller retries)."""
     policy = await eviction_policy(redis)

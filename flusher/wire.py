@@ -26,6 +26,14 @@ async def stream(redis: Redis, commands: Iterable[bytes], sent: list[bytes] | No
     pool = redis.connection_pool
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:
+        return await stream_on(conn, commands, sent)
+    finally:
+        await pool.release(conn)
+
+
+async def stream_on(conn: Any, commands: Iterable[bytes], sent: list[bytes] | None = None) -> list[Any]:
+    """:func:`stream` on a connection the caller holds (a cluster node's), disconnected when it fails."""
+    try:
         count = 0
         buffer: list[bytes] = []
         size = 0
@@ -51,8 +59,6 @@ async def stream(redis: Redis, commands: Iterable[bytes], sent: list[bytes] | No
         # connection ran or not, like any lost reply: its board's watermark says which, and fences the retry.
         await conn.disconnect()
         raise
-    finally:
-        await pool.release(conn)
     return replies
 
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
 from hotboard import keys, lua_removal
+from hotboard.redis_client import Client
 from hotboard.script import Script
 
 _DELETE = Script(lua_removal.DELETE)
@@ -42,19 +41,19 @@ class Erased:
     score: float | None
 
 
-async def epochs(redis: Redis, topic: str, partitions: list[int]) -> dict[int, int]:
+async def epochs(redis: Client, topic: str, partitions: list[int]) -> dict[int, int]:
     """partition -> its log epoch (:func:`hotboard.keys.epoch_field`), which names its watermark field."""
     raw = await redis.hmget(keys.checkpoint_key(topic), [keys.epoch_field(p) for p in partitions])
     return {p: int(v) if v is not None else 0 for p, v in zip(partitions, raw, strict=True)}
 
 
-async def checkpoints(redis: Redis, topic: str, partitions: list[int]) -> dict[int, int]:
+async def checkpoints(redis: Client, topic: str, partitions: list[int]) -> dict[int, int]:
     """partition -> its checkpoint (-1 when absent)."""
     raw = await redis.hmget(keys.checkpoint_key(topic), [str(p) for p in partitions])
     return {p: int(v) if v is not None else -1 for p, v in zip(partitions, raw, strict=True)}
 
 
-async def delete(redis: Redis, topic: str, board: str, last_offsets: Mapping[int, int]) -> Deleted:
+async def delete(redis: Client, topic: str, board: str, last_offsets: Mapping[int, int]) -> Deleted:
     """Delete ``board``, its delete point per partition at least ``last_offsets`` (partition -> the log's last
     offset, -1 when empty)."""
     partitions = sorted(last_offsets)
@@ -65,15 +64,17 @@ async def delete(redis: Redis, topic: str, board: str, last_offsets: Mapping[int
     board_keys = [
         *(keys.board_key(board), keys.applied_key(board), keys.meta_key(board), keys.def_key(board)),
         *(keys.player_meta_key(board), keys.members_key(board), keys.dense_key(board), keys.counts_key(board)),
-        keys.BOARD_INDEX_KEY,
     ]
+    # Off the index first, then the keys: a window applied in between finds the board still there (and is
+    # fenced by the script's watermarks afterwards); one applied after the script lists the board again.
+    await redis.zrem(keys.BOARD_INDEX_KEY, board)
     reply = await _DELETE(redis, board_keys, args)
     if not int(reply[0]):
         return Deleted(False, 0, {})
     return Deleted(True, int(reply[1]), {p: int(v) for p, v in zip(partitions, reply[2:], strict=True)})
 
 
-async def erase(redis: Redis, board: str, player: str) -> Erased:
+async def erase(redis: Client, board: str, player: str) -> Erased:
     """Remove ``player`` from ``board`` (score, tie time, dense count, meta) in one step."""
     board_keys = [
         *(keys.board_key(board), keys.meta_key(board), keys.def_key(board), keys.player_meta_key(board)),

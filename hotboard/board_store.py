@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from hotboard import keys, lua_definitions
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError, from_hash, from_spec
+from hotboard.redis_client import Client
 from hotboard.script import Script
 
 Outcome = Literal["created", "unchanged", "replaced"]
@@ -30,7 +30,7 @@ class Declared:
     previous: BoardDef
 
 
-async def declare(redis: Redis, board: str, definition: BoardDef, now_ms: int | None = None) -> Declared:
+async def declare(redis: Client, board: str, definition: BoardDef, now_ms: int | None = None) -> Declared:
     """Create or confirm a board's definition. Raises DefinitionError when the board was written already with
     a different one (its scores were computed under that one; change it on a new board)."""
     if not keys.is_valid_board(board):
@@ -51,7 +51,7 @@ async def declare(redis: Redis, board: str, definition: BoardDef, now_ms: int | 
     return Declared(status, definition, previous)  # type: ignore[arg-type]  # the script's three other answers
 
 
-async def load(redis: Redis, boards: Sequence[str]) -> dict[str, BoardDef]:
+async def load(redis: Client, boards: Sequence[str]) -> dict[str, BoardDef]:
     """board -> its definition (the default when undeclared), in one round trip. Raises DefinitionError for a
     stored definition hotboard did not write."""
     out: dict[str, BoardDef] = {}
@@ -67,7 +67,7 @@ async def load(redis: Redis, boards: Sequence[str]) -> dict[str, BoardDef]:
 Found = BoardDef | DefinitionError | None
 
 
-async def load_declared(redis: Redis, boards: Sequence[str]) -> dict[str, Found]:
+async def load_declared(redis: Client, boards: Sequence[str]) -> dict[str, Found]:
     """board -> :data:`Found`, in one round trip. Only a declared definition may be cached: an undeclared
     board can still be declared, and until its first window lands no flush script would notice."""
     if not boards:
@@ -90,7 +90,7 @@ async def load_declared(redis: Redis, boards: Sequence[str]) -> dict[str, Found]
 
 
 async def page(
-    redis: Redis, after: bytes | None, limit: int
+    redis: Client, after: bytes | None, limit: int
 ) -> tuple[list[tuple[str, BoardDef | DefinitionError]], bytes | None]:
     """Up to ``limit`` index members after ``after`` (exclusive, the raw member), with their definitions, and the
     raw member to continue after (None on the last page): the operator's listing. A member that is not a board
@@ -125,7 +125,7 @@ class Unlistable(Exception):
     """More than MAX_SKIPPED index members in a row that are not board names: no board name to go on after."""
 
 
-async def readable_page(redis: Redis, after: str | None, limit: int) -> tuple[list[tuple[str, BoardDef]], str | None]:
+async def readable_page(redis: Client, after: str | None, limit: int) -> tuple[list[tuple[str, BoardDef]], str | None]:
     """:func:`page` for readers: up to ``limit`` boards after ``after`` whose names and definitions can be
     read, and a board name to continue after (None on the last page). An index member that is not a board
     name (not UTF-8, outside the alphabet: only a foreign writer adds one) and a board whose stored definition

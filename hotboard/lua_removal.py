@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from hotboard.keys import APPLIED_DELETED_VERSION, META_AS_OF, META_VERSION
 
-#: Delete a board's scores, meta, definition, player meta and aux structures, and its index entry; raise its
+#: Delete a board's scores, meta, definition, player meta and aux structures (its index entry is removed just
+#: before, by the caller: the index is on a slot of its own, and a script touches one slot); raise its
 #: watermarks to the delete point and keep them, with the version it had (a board written again goes on from
 #: it, so no reader's cache keyed by version serves a page of the deleted board). KEYS: board zset, applied
-#: hash, meta hash, definition hash, player meta hash, members hash, dense zset, counts hash, the board index.
-#: ARGV: the board's name, then pairs (watermark field, last offset of the log; -1 for an empty partition).
+#: hash, meta hash, definition hash, player meta hash, members hash, dense zset, counts hash.
+#: ARGV: the board's name (unused by the script; it names the call in SLOWLOG), then pairs (watermark field,
+#: last offset of the log; -1 for an empty partition).
 #: Answers {0} for a board that was never there (nothing written), else {1, version, delete point...} with the
 #: delete point per pair (-1: no event there yet).
 DELETE = f"""
-local board_key, applied_key, meta_key, def_key, index_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9]
-local board = ARGV[1]
+local board_key, applied_key, meta_key, def_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('EXISTS', board_key, applied_key, meta_key, def_key) == 0 then return {{0}} end
 local version = tonumber(redis.call('HGET', meta_key, '{META_VERSION}') or '0')
 local floor = tonumber(redis.call('HGET', applied_key, '{APPLIED_DELETED_VERSION}') or '0')
@@ -36,7 +37,6 @@ for i = 2, #ARGV, 2 do
 end
 redis.call('HSET', applied_key, '{APPLIED_DELETED_VERSION}', version)
 redis.call('DEL', board_key, meta_key, def_key, KEYS[5], KEYS[6], KEYS[7], KEYS[8])
-redis.call('ZREM', index_key, board)
 return out
 """
 

@@ -15,7 +15,8 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.connection import parse_url
 
-from hotboard import redis_url
+from hotboard import redis_client, redis_url
+from hotboard.redis_client import Client
 from hotboard.redis_url import BadRedisUrl
 
 
@@ -29,6 +30,9 @@ class RedisSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HOTBOARD_", frozen=True, extra="ignore")
 
     redis: str = Field("redis://127.0.0.1:6379/0", description="Redis URL (rediss:// for TLS)")
+    redis_cluster: bool = Field(
+        False, description="Redis is a Redis Cluster: --redis names seed nodes, redis://h1:p1[,h2:p2...]"
+    )
     redis_username: str = Field("", description="Redis ACL user; empty: the URL's user, else 'default'")
     redis_password: SecretStr = Field(
         SecretStr(""), description="Redis password; prefer HOTBOARD_REDIS_PASSWORD_FILE or the environment"
@@ -76,7 +80,7 @@ def _password(settings: RedisSettings, url_has_one: bool) -> str | None:
 def connection_kwargs(settings: RedisSettings) -> dict[str, Any]:
     """Keyword arguments to pass beside ``settings.redis`` to ``Redis.from_url`` or ``ConnectionPool.from_url``
     (the URL's own user, password and ``?ssl_*`` options still apply: redis-py lets the URL win)."""
-    redis_url.check(settings.redis)
+    redis_url.check(settings.redis, settings.redis_cluster)
     url = parse_url(settings.redis)  # type: ignore[no-untyped-call]
     kwargs: dict[str, Any] = {}
     if settings.redis_username:
@@ -104,3 +108,11 @@ def check(settings: RedisSettings) -> None:
     """Raise :class:`BadRedisUrl` (a :class:`RedisConfigError` for the settings beside the URL) before any
     client exists."""
     connection_kwargs(settings)
+
+
+def connect(settings: RedisSettings, **options: Any) -> Client:
+    """The client of ``settings``: one server, or a Redis Cluster through its seed nodes (``redis_cluster``).
+    ``options`` are the caller's own connection options (timeouts, retry policy)."""
+    return redis_client.connect(
+        settings.redis, cluster=settings.redis_cluster, **connection_kwargs(settings), **options
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from redis.connection import parse_url
 
+from hotboard.redis_client import split_seeds
 from hotboard.safe_text import has_secret, redact_url
 
 
@@ -16,10 +17,10 @@ class BadRedisUrl(ValueError):
     """The message is the one line the user sees: the URL with its password masked, and why."""
 
 
-def check(url: str) -> None:
-    """Raise :class:`BadRedisUrl` unless redis-py can read ``url``."""
+def check(url: str, cluster: bool = False) -> None:
+    """Raise :class:`BadRedisUrl` unless redis-py can read ``url`` (``cluster``: a list of seed nodes)."""
     try:
-        parse_url(url)  # type: ignore[no-untyped-call]
+        parse_url(split_seeds(url)[0] if cluster else url)  # type: ignore[no-untyped-call]
     except ValueError as exc:  # the parser's reason may quote a piece of the password: not shown then
         why = "percent-encode / ? # @ : % and spaces in the password" if has_secret(url) else str(exc)
         raise BadRedisUrl(f"invalid --redis {redact_url(url)!r}: {why}") from None

@@ -13,8 +13,9 @@ from hashlib import sha1
 from typing import Any
 
 from hiredis import pack_command
-from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
+
+from hotboard.redis_client import Client
 
 
 def digest(script: str) -> str:
@@ -41,20 +42,20 @@ class Script:
         """The command packed by hiredis (in C: a flush call carries thousands of arguments)."""
         return pack_command(tuple(self.command(keys, args)))  # type: ignore[no-any-return]
 
-    async def load(self, redis: Redis) -> None:
+    async def load(self, redis: Client) -> None:
         await redis.script_load(self.text)
 
-    async def __call__(self, redis: Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def __call__(self, redis: Client, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """One call; its error, if any, raised."""
         try:
-            return await redis.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+            return await redis.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
             await self.load(redis)
-            return await redis.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+            return await redis.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 async def rerun_unknown(
-    redis: Redis,
+    redis: Client,
     scripts: Iterable[Script],
     replies: list[Any],
     resend: Callable[[list[int]], Awaitable[list[Any]]],

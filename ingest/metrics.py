@@ -89,6 +89,11 @@ class WorkerMetrics:
         self.boards_forgotten = Counter(
             "hotboard_boards_forgotten", "Idle boards dropped from the watermark bookkeeping", registry=r
         )
+        self.replica_acks_short = Counter(
+            "hotboard_replica_acks_short",
+            "Windows applied but confirmed on fewer replicas than --min-replica-acks (retried, checkpoint held)",
+            registry=r,
+        )
         self.resyncs = Counter("hotboard_resyncs", "Resynchronisations from Redis, by cause", ["reason"], registry=r)
         for result in ("applied", "invalid", "duplicate"):
             self.events.labels(result)

@@ -14,6 +14,15 @@ class WorkerSettings(LogSettings, KafkaSecuritySettings, RedisSettings):
     """``hotboard worker``: the CLI options are generated from these fields (:mod:`cli.options`)."""
 
     kafka: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...]")
+    min_replica_acks: int = Field(
+        -1,
+        ge=-1,
+        description="Replicas of each master written to that must confirm a window (WAIT) before its checkpoint "
+        "moves; -1: 1 on a Redis Cluster, 0 on one server",
+    )
+    replica_ack_timeout_ms: int = Field(
+        1000, ge=1, description="How long WAIT waits for those replicas; short, the window is retried"
+    )
     topic: str = Field("scores", description="Topic the score events arrive on")
     group: str = Field("hotboard", description="Kafka consumer group shared by all workers")
     window_ms: int = Field(1000, ge=10, le=60_000, description="Length of one aggregation window")
@@ -69,6 +78,13 @@ class WorkerSettings(LogSettings, KafkaSecuritySettings, RedisSettings):
     @property
     def dlq(self) -> str:
         return self.dlq_topic or f"{self.topic}.dlq"
+
+    @property
+    def replica_acks(self) -> int:
+        """The replicas a window must reach (see ``min_replica_acks``)."""
+        if self.min_replica_acks >= 0:
+            return self.min_replica_acks
+        return 1 if self.redis_cluster else 0
 
     @property
     def window_s(self) -> float:

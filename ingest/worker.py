@@ -37,9 +37,11 @@ from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 
 from flusher.batch import BoardResult, Outcome
+from flusher.cluster import ClusterSink, ReplicaAcksShort
 from flusher.redis_sink import RedisSink
 from flusher.server import require_noeviction
 from hotboard import redis_connect
+from hotboard.redis_client import Client
 from hotboard.timing import Backoff, ticker, wait_or_stop
 from ingest import dlq
 from ingest.assignment import Assignment
@@ -82,7 +84,7 @@ class Worker:
         self,
         settings: WorkerSettings,
         *,
-        redis: Redis | None = None,
+        redis: Client | None = None,
         metrics: WorkerMetrics | None = None,
         handle_signals: bool = True,
         on_flush: Callable[[FlushReport], None] | None = None,
@@ -102,17 +104,26 @@ class Worker:
         #: An injected client is its owner's to close, and has not connected yet: its connections are checked too.
         self._owns_redis = redis is None
         if redis is None:
-            redis = Redis.from_url(
-                s.redis,
-                **redis_connect.connection_kwargs(s),
+            redis = redis_connect.connect(
+                s,
                 socket_timeout=s.redis_timeout_s,
                 socket_connect_timeout=s.redis_timeout_s,
                 redis_connect_func=self._identity.on_connect,
             )
-        else:
+        elif isinstance(redis, Redis):
             redis.connection_pool.connection_kwargs["redis_connect_func"] = self._identity.on_connect
         self._redis = redis
-        self._sink = RedisSink(redis, s.topic, s.max_script_players)
+        self._sink: RedisSink = (
+            RedisSink(redis, s.topic, s.max_script_players)
+            if isinstance(redis, Redis)
+            else ClusterSink(
+                redis,
+                s.topic,
+                s.max_script_players,
+                min_replica_acks=s.replica_acks,
+                replica_ack_timeout_ms=s.replica_ack_timeout_ms,
+            )
+        )
         self._consumer = AIOKafkaConsumer(**consumer_config(s))
         self._producer = AIOKafkaProducer(**producer_config(s))
         self._assignment = Assignment(s, self._consumer, self._sink, self.metrics)
@@ -454,6 +465,8 @@ class Worker:
         except TRANSIENT as exc:
             if self._resync_if_restarted():  # a new connection met another server (refused: nothing written there)
                 return True
+            if isinstance(exc, ReplicaAcksShort):  # applied, not yet on enough replicas: the checkpoint holds
+                self.metrics.replica_acks_short.inc()
             self._redis_health.failed()
             self.failed_flushes += 1
             self.metrics.windows.labels("failed").inc()

@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from hotboard import redis_connect
+from hotboard.redis_client import Client
 from reader_api import errors, ops_port
 from reader_api.cache import PageCache
 from reader_api.fastpath import FastPath
@@ -43,10 +44,19 @@ DESCRIPTION = """Read-only leaderboard queries over the hotboard Redis layout.
 """
 
 
-def connect(settings: ApiSettings) -> Redis:
+def connect(settings: ApiSettings) -> Client:
     """A bounded pool that waits briefly for a free connection and retries a broken one once (every read is
-    idempotent), so a Redis restart costs one reconnect, and a Redis outage a fast 503."""
+    idempotent), so a Redis restart costs one reconnect, and a Redis outage a fast 503. On a Redis Cluster,
+    ``--read-from replica`` sends the reads to the replicas of each board's slot."""
     timeout = settings.api_redis_timeout_s
+    if settings.redis_cluster:
+        return redis_connect.connect(
+            settings,
+            read_from_replicas=settings.api_read_from == "replica",
+            max_connections=settings.api_redis_max_connections,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+        )
     pool = BlockingConnectionPool.from_url(
         settings.redis,
         **redis_connect.connection_kwargs(settings),
@@ -60,7 +70,7 @@ def connect(settings: ApiSettings) -> Redis:
 
 
 def create_app(
-    settings: ApiSettings, redis: Redis | None = None, clock: Clock = wall_clock_ms, *, serve_metrics: bool = False
+    settings: ApiSettings, redis: Client | None = None, clock: Clock = wall_clock_ms, *, serve_metrics: bool = False
 ) -> Starlette:
     """``redis``: use this client (the caller owns and closes it) instead of connecting to ``settings.redis``;
     ``clock``: ms since the epoch, which decides the current period of a board that resets (tests pin it);

@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import orjson
-from redis.asyncio import Redis
 
 from hotboard import board_store, keys
 from hotboard.boards import DEFAULT, DefinitionError
 from hotboard.periods import period_board
+from hotboard.redis_client import Client
 from reader_api.answers import BoardList, PeriodList
 from reader_api.cache import PageCache
 from reader_api.errors import ApiError, corrupt, invalid, not_found
@@ -43,7 +43,7 @@ def _label(answer: Any, target: Target) -> None:
 
 
 class Reader:
-    def __init__(self, redis: Redis, cache: PageCache, metrics: ApiMetrics, clock: Clock = wall_clock_ms) -> None:
+    def __init__(self, redis: Client, cache: PageCache, metrics: ApiMetrics, clock: Clock = wall_clock_ms) -> None:
         self.redis = redis
         self.cache = cache
         self.metrics = metrics

@@ -16,12 +16,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
 from hotboard import board_store, keys
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError
 from hotboard.bounded import TtlCache
 from hotboard.periods import Period, Schedule, period_board
+from hotboard.redis_client import Client
 from reader_api.errors import ApiError, invalid, not_found
 
 #: ms since the epoch, UTC.
@@ -109,7 +108,7 @@ class Existing:
     as_of: bytes | None
 
 
-async def existing(redis: Redis, board: str, kept: Sequence[Period]) -> list[Existing]:
+async def existing(redis: Client, board: str, kept: Sequence[Period]) -> list[Existing]:
     """The ``kept`` periods that exist (sorted set or meta hash present), in order; one pipeline."""
     if not kept:
         return []
@@ -124,7 +123,7 @@ async def existing(redis: Redis, board: str, kept: Sequence[Period]) -> list[Exi
     return [Existing(p, int(size), as_of) for p, (found, size, as_of) in zip(kept, rows, strict=True) if found]
 
 
-async def period_not_found(redis: Redis, board: str, period_id: str, kept: Sequence[Period]) -> ApiError:
+async def period_not_found(redis: Client, board: str, period_id: str, kept: Sequence[Period]) -> ApiError:
     """The 404 naming the kept periods that exist, so a client can pick one."""
     # the newest few only: a keep of 1,000 must not make every 404 read 1,000 periods
     ids = [e.period.id for e in await existing(redis, board, kept[:NAMED_IN_404])]
@@ -141,7 +140,7 @@ class Definitions:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         ttl_s: float = DEFINITION_TTL_S,
         max_entries: int = DEFINITION_CACHE_SIZE,
         monotonic: Callable[[], float] = time.monotonic,
@@ -172,7 +171,7 @@ class KeptPeriods:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         ttl_s: float = CLOSED_ROWS_TTL_S,
         max_entries: int = CLOSED_ROWS_CACHE_SIZE,
         monotonic: Callable[[], float] = time.monotonic,

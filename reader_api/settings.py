@@ -13,6 +13,11 @@ from hotboard.redis_connect import RedisSettings
 class ApiSettings(RedisSettings):
     model_config = SettingsConfigDict(env_prefix="HOTBOARD_", frozen=True, extra="ignore")
 
+    api_read_from: Literal["master", "replica"] = Field(
+        "master",
+        description="On a Redis Cluster, answer from the masters or spread reads over their replicas (each answer "
+        "one snapshot, maybe a little older: as_of and version say how fresh)",
+    )
     api_host: str = Field("127.0.0.1", description="Interface the API binds to")
     api_port: int = Field(8000, ge=0, le=65535, description="TCP port of the API")
     api_metrics_port: int = Field(

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 
 from hotboard import keys, lua_reads
 from hotboard.boards import DEFAULT, ORDERS, TIES, BoardDef, DefinitionError, from_spec
+from hotboard.redis_client import Client
 from hotboard.script import Script
 from reader_api.answers import MAX_SCORE, BoardInfo, Entry, FriendsList, Meta, Neighbourhood, PlayerRank, TopPage
 from reader_api.errors import corrupt, not_found
@@ -229,7 +229,7 @@ _TOP, _PLAYER, _AROUND, _PLAYERS, _BOARD = (Script(t) for t in _READS)
 class Snapshots:
     """The read questions, each one EVALSHA of a read-only script, answered or raising 404/503."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Client) -> None:
         self._redis = redis
 
     @staticmethod

@@ -35,3 +35,6 @@ def spawn(kafka: str, tmp_path: Path) -> Iterator[Spawn]:
     yield make
     for w in started:
         w.cleanup()
+
+
+from tests.cluster import redis_cluster, redis_cluster_session  # noqa: E402, F401 - fixtures of the cluster tests

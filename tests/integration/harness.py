@@ -56,14 +56,13 @@ WEEKLY = BoardDef(reset="weekly", keep=4, grace_ms=8 * 86_400_000)
 SEASONS = {"board-1": WEEKLY, "board-2": WEEKLY}
 
 
-def declare_boards(url: str, definitions: Mapping[str, BoardDef]) -> None:
+def declare_boards(url: str, definitions: Mapping[str, BoardDef], cluster: bool = False) -> None:
     """Declare each board with its definition (``hotboard boards create``), from a test's own thread."""
-    from redis.asyncio import Redis as AsyncRedis
-
     from hotboard import board_store
+    from hotboard.redis_client import connect
 
     async def declare() -> None:
-        client = AsyncRedis.from_url(url)
+        client = connect(url, cluster=cluster)
         try:
             for board, definition in definitions.items():
                 await board_store.declare(client, board, definition)
@@ -112,13 +111,15 @@ def seed_junk_definitions(url: str) -> None:
 def read_boards(url: str, boards: Iterable[str]) -> Totals:
     r = redis.Redis.from_url(url)
     try:
-        out: Totals = {}
-        for board in boards:
-            rows = cast("list[tuple[bytes, float]]", r.zrange(keys.board_key(board), 0, -1, withscores=True))
-            out[board] = {m.decode(): int(s) for m, s in rows}
-        return out
+        return {board: board_totals(r, board) for board in boards}
     finally:
         r.close()
+
+
+def board_totals(r: Any, board: str) -> dict[str, int]:
+    """player -> score of a board whose members are the player ids (every board but ``earliest`` ones)."""
+    rows = cast("list[tuple[bytes, float]]", r.zrange(keys.board_key(board), 0, -1, withscores=True))
+    return {m.decode(): int(s) for m, s in rows}
 
 
 def diff(expected: Totals, actual: Totals, limit: int = 5) -> str:
@@ -131,16 +132,19 @@ def diff(expected: Totals, actual: Totals, limit: int = 5) -> str:
     return "; ".join(lines) or "equal"
 
 
-def wait_exact(url: str, expected: Totals, timeout_s: float = 60.0) -> Totals:
-    """Poll until every board equals the reference; fail with the difference after the deadline."""
+def wait_exact(
+    url: str, expected: Totals, timeout_s: float = 60.0, read: Callable[[str, Iterable[str]], Totals] = read_boards
+) -> Totals:
+    """Poll until every board equals the reference (as ``read`` reads it); fail with the difference after the
+    deadline."""
     deadline = time.monotonic() + timeout_s
     actual: Totals = {}
     while time.monotonic() < deadline:
-        actual = read_boards(url, expected)
+        actual = read(url, expected)
         if actual == expected:
             # Stable? A double count would show up as a later overshoot: look once more after a window.
             time.sleep(1.5)
-            actual = read_boards(url, expected)
+            actual = read(url, expected)
             if actual == expected:
                 return actual
         time.sleep(0.25)

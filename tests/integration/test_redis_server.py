@@ -107,6 +107,7 @@ async def test_a_redis_restart_between_two_flushes_is_noticed_on_the_silent_reco
                 await asyncio.to_thread(server.start)
                 # redis-py drops a dead socket (its retry, its health check) and connects again on next use,
                 # with no error reaching the caller: here, every pooled socket at once
+                assert isinstance(worker._redis, redis.asyncio.Redis)
                 await worker._redis.connection_pool.disconnect()
                 await send_raw(kafka, topic, 1, _events("b", 30, 2))
                 expected = {
