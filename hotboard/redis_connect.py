@@ -81,7 +81,8 @@ def connection_kwargs(settings: RedisSettings) -> dict[str, Any]:
     """Keyword arguments to pass beside ``settings.redis`` to ``Redis.from_url`` or ``ConnectionPool.from_url``
     (the URL's own user, password and ``?ssl_*`` options still apply: redis-py lets the URL win)."""
     redis_url.check(settings.redis, settings.redis_cluster)
-    url = parse_url(settings.redis)  # type: ignore[no-untyped-call]
+    first = redis_client.split_seeds(settings.redis)[0] if settings.redis_cluster else settings.redis
+    url = parse_url(first)  # type: ignore[no-untyped-call]
     kwargs: dict[str, Any] = {}
     if settings.redis_username:
         if url.get("username"):

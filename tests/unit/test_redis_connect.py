@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import RedisCluster
 
-from hotboard.redis_connect import RedisConfigError, RedisSettings, connection_kwargs
+from hotboard.redis_connect import RedisConfigError, RedisSettings, connect, connection_kwargs
 
 SECRET = "Zq8xK2pW9vT4"
 
@@ -78,3 +79,20 @@ def test_refusals_are_one_line_without_the_secret(given: dict[str, Any], says: s
 def test_settings_never_show_the_password() -> None:
     settings = RedisSettings(redis_password=SECRET)
     assert SECRET not in repr(settings) and SECRET not in str(settings.model_dump())
+
+
+def test_a_cluster_seed_list_takes_the_same_connection_settings(tmp_path: Path) -> None:
+    password = tmp_path / "pw"
+    password.write_text(f"{SECRET}\n")
+    settings = RedisSettings(
+        redis="redis://h1:7000,h2:7001", redis_cluster=True, redis_username="w", redis_password_file=str(password)
+    )
+    assert connection_kwargs(settings) == {"username": "w", "password": SECRET}
+    client = connect(settings)
+    assert isinstance(client, RedisCluster)
+    assert [(n.host, n.port) for n in client.nodes_manager.startup_nodes.values()] == [("h1", 7000), ("h2", 7001)]
+
+
+def test_a_seed_list_without_the_cluster_switch_is_refused() -> None:
+    with pytest.raises(ValueError, match="invalid --redis"):
+        connection_kwargs(RedisSettings(redis="redis://h1:7000,h2:7001"))
