@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import uvicorn
 
+from cli.exits import EXIT_CONFIG
 from cli.options import add_options, settings_from
+from cli.process import bind_error
 from hotboard import redis_url
 from reader_api.app import create_app
 from reader_api.server import Limits, protocol_class
@@ -58,5 +61,13 @@ def uvicorn_options(settings: ApiSettings) -> dict[str, Any]:
 def cmd_api(args: argparse.Namespace) -> int:
     settings = settings_from(ApiSettings, args)
     redis_url.check(settings.redis)  # cli.main prints its one line, not a traceback from inside uvicorn
+    ports = [("--api-port", settings.api_host, settings.api_port)]
+    if settings.api_metrics_port:
+        ports.append(("--api-metrics-port", settings.api_metrics_host, settings.api_metrics_port))
+    for name, host, port in ports:
+        if (why := bind_error(host, port)) is not None:
+            message = f"hotboard api: port {port} on {host} is not available ({why}); pick another with {name}"
+            print(message, file=sys.stderr)
+            return EXIT_CONFIG
     uvicorn.run(create_app(settings, serve_metrics=True), **uvicorn_options(settings))
     return 0

@@ -12,12 +12,14 @@ import itertools
 import random
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 from hotboard.codec import Event, encode
+from ingest.kafka_config import start_clients
 
 BATCH_EVENTS = 2000
 
@@ -67,15 +69,17 @@ async def publish(
     rate: float = 0.0,
     fresh_ts: bool = False,
     stop: asyncio.Event | None = None,
+    start_timeout_s: float = 30.0,
 ) -> PublishStats:
     """Publish events (or raw ``(key, value)`` pairs) keyed by player; ``rate`` events/s, 0 = flat out.
-    ``fresh_ts`` stamps each event with the time it is sent (for freshness measurements)."""
+    ``fresh_ts`` stamps each event with the time it is sent (for freshness measurements). Raises
+    :class:`ingest.kafka_config.KafkaUnavailable` when Kafka does not answer within ``start_timeout_s``."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=5, max_batch_size=1 << 20
     )
-    await producer.start()
     partitioner = DefaultPartitioner()
-    try:
+    async with AsyncExitStack() as stack:
+        await start_clients(stack, [producer], bootstrap, start_timeout_s)
         partitions = sorted(await producer.partitions_for(topic))
         started = time.monotonic()
         sent = 0
@@ -121,5 +125,3 @@ async def publish(
             await ship(q)
         await asyncio.gather(*pending)
         return PublishStats(sent, time.monotonic() - started)
-    finally:
-        await producer.stop()

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from cli import api, boards, produce, stack, worker
+from cli import api, boards, dlq, produce, send, stack, worker
 from cli.devstack import StackError
 from cli.exits import EXIT_CONFIG
 from cli.options import add_options, settings_from
@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_parser(sub)
     boards.add_parser(sub)
     stack.add_dev_parser(sub)
+    send.add_parser(sub)
+    dlq.add_parser(sub)
     produce.add_parser(sub)
     stack.add_demo_parser(sub)
     return parser

@@ -34,6 +34,18 @@ def port_open(port: int, host: str = LOOPBACK) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def bind_error(host: str, port: int) -> str | None:
+    """Why a server could not bind ``host:port`` now (as servers do, with SO_REUSEADDR), or None if it can: a
+    command checks its ports before it starts anything, so a taken one is a line naming it, not a traceback."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def url_answers(url: str, timeout_s: float = 0.5) -> bool:
     """GET ``url`` answers 200."""
     try:

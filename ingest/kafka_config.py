@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -72,12 +73,23 @@ def producer_config(s: WorkerSettings) -> dict[str, Any]:
     }
 
 
+def reader_config(s: WorkerSettings) -> dict[str, Any]:
+    """A consumer outside any group that reads a topic and commits nothing (``hotboard dlq``)."""
+    return {
+        "bootstrap_servers": s.kafka,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "isolation_level": "read_committed",
+    }
+
+
 async def start_clients(
-    stack: AsyncExitStack, clients: list[AIOKafkaConsumer | AIOKafkaProducer], s: WorkerSettings
+    stack: AsyncExitStack, clients: Sequence[AIOKafkaConsumer | AIOKafkaProducer], kafka: str, timeout_s: float
 ) -> None:
-    """Start each client, retrying with backoff until ``kafka_start_timeout_s``; each one started is stopped
-    by ``stack``. Raises :class:`KafkaUnavailable` with what Kafka last answered."""
-    deadline = time.monotonic() + s.kafka_start_timeout_s
+    """Start each client (bootstrap servers ``kafka``), retrying with backoff for ``timeout_s`` (the setting
+    ``kafka_start_timeout_s``); each one started is stopped by ``stack``. Raises :class:`KafkaUnavailable`
+    with what Kafka last answered."""
+    deadline = time.monotonic() + timeout_s
     backoff = Backoff(cap_s=START_BACKOFF_CAP_S)
     for client in clients:
         while True:
@@ -89,8 +101,6 @@ async def start_clients(
                 with contextlib.suppress(Exception):
                     await client.stop()
                 if time.monotonic() + START_LAST_TRY_S >= deadline:
-                    raise KafkaUnavailable(
-                        f"Kafka at {s.kafka} did not answer within {s.kafka_start_timeout_s:.0f}s: {exc!r}"
-                    ) from exc
-                log.warning("kafka not reachable yet at %s (%r); retrying", s.kafka, exc)
+                    raise KafkaUnavailable(f"Kafka at {kafka} did not answer within {timeout_s:.0f}s: {exc!r}") from exc
+                log.warning("kafka not reachable yet at %s (%r); retrying", kafka, exc)
                 await asyncio.sleep(backoff.next_delay())
