@@ -119,7 +119,11 @@ def stop_all(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 10.0, si
 
 
 class Child:
-    """``with Child(name, command, ready=...).start() as child``: a started, ready child, stopped at exit."""
+    """``with Child(name, command, ready=...).start() as child``: a started, ready child, stopped at exit.
+
+    A child runs in a session of its own (``new_session``), so a terminal's Ctrl-C, which goes to the whole
+    foreground process group, reaches only its owner: the owner decides how the child stops (one SIGTERM),
+    instead of the child receiving the terminal's SIGINT and the owner's SIGTERM as two stop requests."""
 
     def __init__(
         self,
@@ -129,7 +133,7 @@ class Child:
         log_path: Path | None = None,
         env: Mapping[str, str] | None = None,
         ready: Callable[[], bool] | None = None,
-        new_session: bool = False,
+        new_session: bool = True,
     ) -> None:
         self.name = name
         self.command = list(command)

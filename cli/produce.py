@@ -9,7 +9,7 @@ from typing import Any
 
 from cli.kafka_cli import add_kafka_options, run_kafka
 from cli.loadgen import generate, publish
-from cli.options import settings_from
+from cli.options import DefaultsFormatter, settings_from
 from ingest.settings import WorkerSettings
 
 
@@ -19,7 +19,7 @@ def add_parser(sub: Any) -> None:
         help="publish valid, Zipf-skewed score events (load for the demo and benchmarks)",
         description="Publish generated score events, keyed by player, at a steady rate. The events follow "
         "from --seed: the same options send the same events.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsFormatter,
     )
     add_kafka_options(p)
     p.add_argument("--rate", type=float, default=1000.0, help="events per second; 0 = as fast as possible")
