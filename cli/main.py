@@ -31,7 +31,11 @@ def _setup_logging(level: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hotboard",
-        description="hotboard: a real-time leaderboard fed from Kafka, served from Redis.",
+        description="Real-time leaderboards: workers fold score events from Kafka into Redis sorted sets, "
+        "exactly once; a read API answers rank, top-N, around-me and friends queries.",
+        epilog="Start here: ./dev demo runs everything on loopback (then try hotboard send and hotboard dlq "
+        "against it); ./dev test runs the test suite. Each command has --help. Documentation: README.md and "
+        "docs/ (configuration.md lists every setting).",
     )
     parser.add_argument("--version", action="version", version=f"hotboard {__version__}")
     add_options(parser, LogSettings)
