@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import uvicorn
 
+from cli.exits import EXIT_CONFIG
 from cli.options import add_options, settings_from
+from cli.process import bind_error
 from hotboard import redis_connect
 from hotboard.settings import LogSettings
 from reader_api.app import create_app
@@ -64,6 +67,14 @@ def uvicorn_options(settings: ApiSettings) -> dict[str, Any]:
 def cmd_api(args: argparse.Namespace) -> int:
     settings = settings_from(ApiSettings, args)
     redis_connect.check(settings)  # cli.main prints its one line, not a traceback from inside uvicorn
+    ports = [("--api-port", settings.api_host, settings.api_port)]
+    if settings.api_metrics_port:
+        ports.append(("--api-metrics-port", settings.api_metrics_host, settings.api_metrics_port))
+    for name, host, port in ports:
+        if (why := bind_error(host, port)) is not None:
+            message = f"hotboard api: port {port} on {host} is not available ({why}); pick another with {name}"
+            print(message, file=sys.stderr)
+            return EXIT_CONFIG
     options = uvicorn_options(settings)
     if settings_from(LogSettings, args).log_format == "json":
         options["log_config"] = None  # uvicorn's loggers then reach the root handler (hotboard.logs)

@@ -27,7 +27,6 @@ from cli import removal
 from cli.exits import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, Refused
 from cli.options import add_options, settings_from
 from hotboard import board_store, keys, redis_connect
-from hotboard import boards as b
 from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
 from hotboard.redis_client import Client
 from hotboard.redis_connect import RedisSettings
@@ -47,20 +46,20 @@ def add_parser(sub: Any) -> None:
 
     create = leaves.add_parser("create", help="declare a board (idempotent; refused once the board has scores)")
     create.add_argument("name", help="board name: 1-64 characters of A-Z a-z 0-9 _ . : -")
-    order_help = "desc: highest first (default); asc: lowest first"
-    create.add_argument("--order", choices=ORDERS, default=DEFAULT.order, help=order_help)
-    create.add_argument("--operator", choices=OPERATORS, default=DEFAULT.operator, help="default incr")
-    create.add_argument("--ties", choices=TIES, default=DEFAULT.ties, help="default shared")
+    # Each default is None here, so that _create knows which options were given (the definition's own default
+    # applies to the others, and the output says which of those changed a stored definition).
+    create.add_argument("--order", choices=ORDERS, help="desc: highest first (default); asc: lowest first")
+    create.add_argument("--operator", choices=OPERATORS, help=f"default {DEFAULT.operator}")
+    create.add_argument("--ties", choices=TIES, help=f"default {DEFAULT.ties}")
     create.add_argument(
         "--reset",
-        default=DEFAULT.reset,
         help="seasons: never (default), hourly, daily, weekly "
         "(ISO, Monday 00:00), monthly or a 5-field cron expression, all UTC",
     )
-    keep, grace = b.DEFAULT_KEEP, b.DEFAULT_GRACE_MS
-    create.add_argument("--keep", type=int, default=keep, help=f"closed periods kept queryable (default {keep})")
+    keep, grace = DEFAULT.keep, DEFAULT.grace_ms
+    create.add_argument("--keep", type=int, help=f"closed periods kept queryable (default {keep})")
     grace_help = f"late events still count this long after their period closes (default {grace})"
-    create.add_argument("--grace-ms", type=int, default=grace, help=grace_help)
+    create.add_argument("--grace-ms", type=int, help=grace_help)
     list_ = leaves.add_parser("list", help="every board with its definition, by name")
     list_.add_argument("--page-size", type=int, default=PAGE_SIZE, help=f"boards per read (default {PAGE_SIZE})")
     show = leaves.add_parser("show", help="one board: definition, size, version, as_of")
@@ -117,9 +116,16 @@ def _user(settings: RedisSettings) -> str:
     return settings.redis_username or parse_url(settings.redis).get("username") or "default"  # type: ignore[no-untyped-call]
 
 
+#: The fields of a definition, each an option of ``create``.
+FIELDS = ("order", "operator", "ties", "reset", "keep", "grace_ms")
+
+
 async def _create(redis: Client, args: argparse.Namespace) -> int:
-    definition = BoardDef(args.order, args.operator, args.ties, args.reset, args.keep, args.grace_ms)
+    given = {name for name in FIELDS if getattr(args, name) is not None}
+    definition = BoardDef(**{name: getattr(args, name) for name in given})  # the rest: BoardDef's defaults
     done = await board_store.declare(redis, args.name, definition)
+    old, new = done.previous.as_dict(), done.definition.as_dict()
+    changed = {name: [old[name], new[name]] for name in FIELDS if done.outcome == "replaced" and old[name] != new[name]}
     if args.json:
         _print_json(
             {
@@ -127,10 +133,16 @@ async def _create(redis: Client, args: argparse.Namespace) -> int:
                 "outcome": done.outcome,
                 **_definition(done.definition),
                 "previous": done.previous.spec,
+                "changed": changed,
+                "defaulted": [name for name in changed if name not in given],
             }
         )
     elif done.outcome == "replaced":
+        # A create states the whole definition: an option left out is its default again, which may undo a
+        # choice made earlier. Each changed field is named, so that this never happens unseen.
         _out(f"replaced {args.name}: {done.definition.spec} (was {done.previous.spec})")
+        for name, (before, after) in changed.items():
+            _out(f"  {name}: {before} -> {after}" + ("" if name in given else " (not given: the default)"))
     else:
         _out(f"{done.outcome} {args.name}: {done.definition.spec}")
     return 0

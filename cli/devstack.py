@@ -92,7 +92,7 @@ class _Process:
 
     def start(self, timeout_s: float = 20.0) -> None:
         require_free(self.port, self.name)
-        child = Child(self.name, self.command(), log_path=self.log_path, ready=self.ready, new_session=True)
+        child = Child(self.name, self.command(), log_path=self.log_path, ready=self.ready)
         self._child = child.start(timeout_s)
 
     @property

@@ -7,6 +7,8 @@ EXIT_NOT_FOUND = 1
 EXIT_CONFIG = 2
 #: A server (Kafka, Redis) could not be reached in time: retrying later may help.
 EXIT_UNAVAILABLE = 3
+#: A process the command started and stopped did not exit cleanly (``hotboard demo``: a child's own code is shown).
+EXIT_FAILED = 4
 
 
 class Refused(Exception):

@@ -12,6 +12,7 @@ import itertools
 import random
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 from hotboard.codec import Event, encode
+from ingest.kafka_config import start_clients
 
 BATCH_EVENTS = 2000
 
@@ -69,10 +71,12 @@ async def publish(
     fresh_ts: bool = False,
     stop: asyncio.Event | None = None,
     security: Mapping[str, Any] | None = None,
+    start_timeout_s: float = 30.0,
 ) -> PublishStats:
     """Publish events (or raw ``(key, value)`` pairs) keyed by player; ``rate`` events/s, 0 = flat out.
     ``fresh_ts`` stamps each event with the time it is sent (for freshness measurements); ``security`` is
-    :func:`hotboard.kafka_security.client_kwargs`."""
+    :func:`hotboard.kafka_security.client_kwargs`. Raises :class:`ingest.kafka_config.KafkaUnavailable` when
+    Kafka does not answer within ``start_timeout_s``."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         **(security or {}),
@@ -81,9 +85,9 @@ async def publish(
         linger_ms=5,
         max_batch_size=1 << 20,
     )
-    await producer.start()
     partitioner = DefaultPartitioner()
-    try:
+    async with AsyncExitStack() as stack:
+        await start_clients(stack, [producer], bootstrap, start_timeout_s)
         partitions = sorted(await producer.partitions_for(topic))
         started = time.monotonic()
         sent = 0
@@ -129,5 +133,3 @@ async def publish(
             await ship(q)
         await asyncio.gather(*pending)
         return PublishStats(sent, time.monotonic() - started)
-    finally:
-        await producer.stop()

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from cli import api, boards, produce, stack, worker
+from cli import api, boards, dlq, produce, send, stack, worker
 from cli.devstack import StackError
 from cli.exits import EXIT_CONFIG
 from cli.options import add_options, settings_from
@@ -21,7 +21,11 @@ from hotboard.settings import LogSettings
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hotboard",
-        description="hotboard: a real-time leaderboard fed from Kafka, served from Redis.",
+        description="Real-time leaderboards: workers fold score events from Kafka into Redis sorted sets, "
+        "exactly once; a read API answers rank, top-N, around-me and friends queries.",
+        epilog="Start here: ./dev demo runs everything on loopback (then try hotboard send and hotboard dlq "
+        "against it); ./dev test runs the test suite. Each command has --help. Documentation: README.md and "
+        "docs/ (configuration.md lists every setting).",
     )
     parser.add_argument("--version", action="version", version=f"hotboard {__version__}")
     add_options(parser, LogSettings)
@@ -30,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_parser(sub)
     boards.add_parser(sub)
     stack.add_dev_parser(sub)
+    send.add_parser(sub)
+    dlq.add_parser(sub)
     produce.add_parser(sub)
     stack.add_demo_parser(sub)
     return parser

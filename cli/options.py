@@ -18,6 +18,15 @@ S = TypeVar("S", bound=BaseSettings)
 _TYPES: dict[Any, type] = {int: int, float: float, str: str}
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that shows each option's default, except where there is none to show (None, a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def option(name: str) -> str:
     return "--" + name.replace("_", "-")
 

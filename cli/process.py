@@ -34,6 +34,18 @@ def port_open(port: int, host: str = LOOPBACK) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def bind_error(host: str, port: int) -> str | None:
+    """Why a server could not bind ``host:port`` now (as servers do, with SO_REUSEADDR), or None if it can: a
+    command checks its ports before it starts anything, so a taken one is a line naming it, not a traceback."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def url_answers(url: str, timeout_s: float = 0.5) -> bool:
     """GET ``url`` answers 200."""
     try:
@@ -107,7 +119,11 @@ def stop_all(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 10.0, si
 
 
 class Child:
-    """``with Child(name, command, ready=...).start() as child``: a started, ready child, stopped at exit."""
+    """``with Child(name, command, ready=...).start() as child``: a started, ready child, stopped at exit.
+
+    A child runs in a session of its own (``new_session``), so a terminal's Ctrl-C, which goes to the whole
+    foreground process group, reaches only its owner: the owner decides how the child stops (one SIGTERM),
+    instead of the child receiving the terminal's SIGINT and the owner's SIGTERM as two stop requests."""
 
     def __init__(
         self,
@@ -117,7 +133,7 @@ class Child:
         log_path: Path | None = None,
         env: Mapping[str, str] | None = None,
         ready: Callable[[], bool] | None = None,
-        new_session: bool = False,
+        new_session: bool = True,
     ) -> None:
         self.name = name
         self.command = list(command)

@@ -14,6 +14,7 @@ from flusher.server import EvictionPolicyError
 from hotboard import redis_connect
 from ingest.kafka_config import KafkaUnavailable
 from ingest.settings import WorkerSettings
+from ingest.startup import OpsPortTaken, RedisUnavailable
 from ingest.worker import Worker
 
 
@@ -33,10 +34,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main())
-    except KafkaUnavailable as exc:
+    except (KafkaUnavailable, RedisUnavailable) as exc:  # after the retries the log shows: the last log line
         logging.getLogger("hotboard").error("%s", exc)
         return EXIT_UNAVAILABLE
-    except EvictionPolicyError as exc:
+    except (EvictionPolicyError, OpsPortTaken) as exc:
         print(f"hotboard worker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     return 0

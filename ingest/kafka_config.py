@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -14,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from hotboard import kafka_security
+from hotboard.kafka_security import KafkaSecuritySettings
 from hotboard.timing import Backoff
 from ingest.settings import WorkerSettings
 
@@ -75,12 +77,28 @@ def producer_config(s: WorkerSettings) -> dict[str, Any]:
     }
 
 
+def reader_config(s: WorkerSettings) -> dict[str, Any]:
+    """A consumer outside any group that reads a topic and commits nothing (``hotboard dlq``)."""
+    return {
+        "bootstrap_servers": s.kafka,
+        **kafka_security.client_kwargs(s),
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "isolation_level": "read_committed",
+    }
+
+
 async def start_clients(
-    stack: AsyncExitStack, clients: list[AIOKafkaConsumer | AIOKafkaProducer], s: WorkerSettings
+    stack: AsyncExitStack,
+    clients: Sequence[AIOKafkaConsumer | AIOKafkaProducer],
+    kafka: str,
+    timeout_s: float,
+    tls: KafkaSecuritySettings | None = None,
 ) -> None:
-    """Start each client, retrying with backoff until ``kafka_start_timeout_s``; each one started is stopped
-    by ``stack``. Raises :class:`KafkaUnavailable` with what Kafka last answered."""
-    deadline = time.monotonic() + s.kafka_start_timeout_s
+    """Start each client (bootstrap servers ``kafka``), retrying with backoff for ``timeout_s`` (the setting
+    ``kafka_start_timeout_s``); each one started is stopped by ``stack``. Raises :class:`KafkaUnavailable`
+    with what Kafka last answered (with ``tls`` settings over TLS: why the handshake failed, if it did)."""
+    deadline = time.monotonic() + timeout_s
     backoff = Backoff(cap_s=START_BACKOFF_CAP_S)
     for client in clients:
         while True:
@@ -91,13 +109,12 @@ async def start_clients(
             except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as exc:
                 with contextlib.suppress(Exception):
                     await client.stop()
-                why = (await kafka_security.tls_failure(s.kafka, s) if s.kafka_uses_tls else None) or repr(exc)
+                tls_why = await kafka_security.tls_failure(kafka, tls) if tls and tls.kafka_uses_tls else None
+                why = tls_why or repr(exc)
                 if time.monotonic() + START_LAST_TRY_S >= deadline:
                     for never_started in clients[clients.index(client) + 1 :]:
                         with contextlib.suppress(Exception):
                             await never_started.stop()
-                    raise KafkaUnavailable(
-                        f"Kafka at {s.kafka} did not answer within {s.kafka_start_timeout_s:.0f}s: {why}"
-                    ) from exc
-                log.warning("kafka not reachable yet at %s (%s); retrying", s.kafka, why)
+                    raise KafkaUnavailable(f"Kafka at {kafka} did not answer within {timeout_s:.0f}s: {why}") from exc
+                log.warning("kafka not reachable yet at %s (%s); retrying", kafka, why)
                 await asyncio.sleep(backoff.next_delay())

@@ -40,6 +40,7 @@ class WorkerSettings(LogSettings, KafkaSecuritySettings, RedisSettings):
     )
     fetch_max_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Bytes fetched per request")
     kafka_start_timeout_s: float = Field(30.0, gt=0, description="How long to wait for Kafka at start")
+    redis_start_timeout_s: float = Field(30.0, gt=0, description="How long to wait for Redis at start")
     shutdown_timeout_s: float = Field(8.0, gt=0, description="Budget for the final flush after SIGTERM")
     backoff_max_s: float = Field(5.0, gt=0, description="Cap of the retry backoff while Redis fails")
     redis_timeout_s: float = Field(

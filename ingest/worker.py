@@ -39,7 +39,6 @@ from redis.asyncio import Redis
 from flusher.batch import BoardResult, Outcome
 from flusher.cluster import ClusterSink, ReplicaAcksShort
 from flusher.redis_sink import RedisSink
-from flusher.server import require_noeviction
 from hotboard import redis_connect
 from hotboard.redis_client import Client
 from hotboard.timing import Backoff, ticker, wait_or_stop
@@ -49,13 +48,13 @@ from ingest.errors import TRANSIENT
 from ingest.intake import Intake
 from ingest.kafka_config import consumer_config, producer_config, start_clients
 from ingest.metrics import WorkerMetrics
-from ingest.ops_http import serve_ops
 from ingest.partitions import Halt
 from ingest.pausing import PauseReason
 from ingest.pending import Pending, Window
 from ingest.progress import Counters, DeadLetterLog, Progress
 from ingest.redis_health import RedisHealth
 from ingest.settings import WorkerSettings
+from ingest.startup import bind_ops, wait_for_redis
 
 log = logging.getLogger("hotboard.worker")
 
@@ -187,24 +186,23 @@ class Worker:
         try:
             if self._owns_redis:
                 self._stack.push_async_callback(self._redis.aclose)
-            await start_clients(self._stack, [self._consumer, self._producer], s)
-            self._consumer.subscribe([s.topic], listener=_Listener(self))
+            for client in (self._consumer, self._producer):  # started or not: one never closed warns when collected
+                self._stack.push_async_callback(client.stop)
+            # Before joining the group, so that a worker that cannot run never takes partitions from one that
+            # can: 1. its ops port, 2. Redis (and its eviction policy), 3. Kafka.
             if s.metrics_port:
-                server = serve_ops(
-                    s.metrics_host,
-                    s.metrics_port,
-                    self.metrics.registry,
-                    lambda: self.ready,
-                    lambda: self.alive,
-                    s.ops_timeout_s,
-                )
+                server = bind_ops(s, self.metrics.registry, lambda: self.ready, lambda: self.alive)
                 self._stack.callback(server.server_close)
                 self._stack.callback(server.shutdown)
+            await wait_for_redis(self._redis, s)
+            await start_clients(self._stack, [self._consumer, self._producer], s.kafka, s.kafka_start_timeout_s, s)
+            self._consumer.subscribe([s.topic], listener=_Listener(self))
             if self._handle_signals:
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, self.stop)
                     self._stack.callback(loop.remove_signal_handler, sig)
+            self._heartbeat = time.monotonic()  # liveness counts from here, not from the wait for the servers
         except BaseException:
             await self._stack.aclose()
             raise
@@ -247,7 +245,6 @@ class Worker:
         await self._drain()
 
     async def _intake_loop(self) -> None:
-        await self._check_redis()
         while not self._stopping.is_set():
             assert self._flusher is not None
             if self._flusher.done():
@@ -286,20 +283,6 @@ class Worker:
         )
 
     # ---------------------------------------------------------------- positioning, backpressure, resync
-
-    async def _check_redis(self) -> None:
-        """Before anything is written: Redis must never evict a key (raises EvictionPolicyError, which ends the
-        worker). An unreachable Redis is waited for."""
-        while not self._stopping.is_set():
-            try:
-                await require_noeviction(self._redis)
-            except TRANSIENT as exc:
-                delay = self._backoff.next_delay()
-                log.warning("cannot read Redis's maxmemory-policy yet (%r); retrying in %.1fs", exc, delay)
-                await wait_or_stop(self._stopping, delay)
-            else:
-                self._backoff.reset()
-                return
 
     async def _position(self) -> None:
         """Position every waiting partition from its checkpoint in Redis, then let it fetch."""

@@ -61,6 +61,8 @@ def test_create_then_same_create_is_unchanged(redis_url: str, sync_redis: redis.
         **NEVER,
         "spec": "asc/best/shared",
         "previous": "asc/best/shared",
+        "changed": {},
+        "defaulted": [],
     }
 
 
@@ -72,7 +74,31 @@ def test_redis_from_the_environment(redis_url: str, monkeypatch: pytest.MonkeyPa
 def test_changing_ties_of_an_empty_declared_board_is_allowed(redis_url: str, capsys: Capture) -> None:
     assert run(capsys, "boards", "create", "b", "--ties", "dense", "--redis", redis_url)[0] == 0
     code, out, _ = run(capsys, "boards", "create", "b", "--ties", "earliest", "--redis", redis_url)
-    assert code == 0 and out == "replaced b: desc/incr/earliest (was desc/incr/dense)\n"
+    assert code == 0 and out == "replaced b: desc/incr/earliest (was desc/incr/dense)\n  ties: dense -> earliest\n"
+
+
+def test_replacing_says_which_options_not_given_went_back_to_their_defaults(redis_url: str, capsys: Capture) -> None:
+    """A create replaces the whole definition: an option left out is its default again, and the output says so
+    field by field, the old value beside the new one."""
+    declared = ["--order", "asc", "--operator", "best", "--reset", "daily", "--keep", "2"]
+    assert run(capsys, "boards", "create", "b", *declared, "--redis", redis_url)[0] == 0
+    code, out, _ = run(capsys, "boards", "create", "b", "--ties", "dense", "--redis", redis_url)
+    assert code == 0
+    assert out.splitlines() == [
+        "replaced b: desc/incr/dense (was asc/best/shared|daily|2|60000)",
+        "  order: asc -> desc (not given: the default)",
+        "  operator: best -> incr (not given: the default)",
+        "  ties: shared -> dense",
+        "  reset: daily -> never (not given: the default)",
+        "  keep: 2 -> 4 (not given: the default)",
+    ]
+    assert run(capsys, "boards", "create", "b", "--order", "asc", "--redis", redis_url)[0] == 0
+    code, out, _ = run(capsys, "boards", "create", "b", "--order", "asc", "--json", "--redis", redis_url)
+    assert code == 0 and json.loads(out)["changed"] == {} and json.loads(out)["outcome"] == "unchanged"
+    run(capsys, "boards", "create", "b", "--order", "asc", "--ties", "dense", "--redis", redis_url)
+    code, out, _ = run(capsys, "boards", "create", "b", "--json", "--redis", redis_url)
+    assert json.loads(out)["changed"] == {"order": ["asc", "desc"], "ties": ["dense", "shared"]}
+    assert json.loads(out)["defaulted"] == ["order", "ties"]
 
 
 @pytest.mark.parametrize("written", ["zset", "meta"])
@@ -251,7 +277,9 @@ def test_season_changes_are_refused_once_a_period_was_written(
     assert run(capsys, "boards", "create", "race", *SEASON, "--redis", redis_url)[0] == 0
     code, out, _ = run(capsys, "boards", "create", "race", *SEASON[:3], "9", *SEASON[4:], "--redis", redis_url)
     assert (
-        code == 0 and out == "replaced race: desc/incr/shared|weekly|9|300000 (was desc/incr/shared|weekly|8|300000)\n"
+        code == 0
+        and out
+        == "replaced race: desc/incr/shared|weekly|9|300000 (was desc/incr/shared|weekly|8|300000)\n  keep: 8 -> 9\n"
     )
     sync_redis.hset(keys.meta_key("race"), "seasonal", 1)  # the worker marks B's meta at the first period
     for flags in (

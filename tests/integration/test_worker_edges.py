@@ -1,11 +1,10 @@
-"""Poison records, an unreachable Kafka, and the demo: the edges of the worker's contract."""
+"""Poison records, an unreachable Kafka, and the dev stack's taken port: the edges of the worker's contract."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from cli.devstack import RedisServer, free_port, port_open
+from cli.devstack import RedisServer, free_port
 from hotboard import keys
 from hotboard.codec import Event, encode
 from ingest.dlq import ERROR_HEADER, SOURCE_HEADER
@@ -133,60 +132,6 @@ def test_unreachable_kafka_exits_nonzero_with_a_clear_message(tmp_path: Path) ->
     assert proc.returncode == 3
     assert time.monotonic() - started < 30
     assert f"Kafka at 127.0.0.1:{closed} did not answer" in proc.stderr.decode()
-
-
-def test_demo_fills_boards_and_ctrl_c_stops_everything() -> None:
-    ports = {name: free_port() for name in ("kafka", "redis", "api", "metrics")}
-    extra = {"metrics2": ports["metrics"] + 1, "api-metrics": ports["metrics"] + 2}
-    if any(map(port_open, extra.values())):
-        pytest.skip("metrics+1 or +2 port busy")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cli.main",
-            "demo",
-            "--kafka-port",
-            str(ports["kafka"]),
-            "--redis-port",
-            str(ports["redis"]),
-            "--api-port",
-            str(ports["api"]),
-            "--metrics-port",
-            str(ports["metrics"]),
-            "--rate",
-            "1500",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        r = redis.Redis(port=ports["redis"])
-        deadline = time.monotonic() + 40
-        size = 0
-        while time.monotonic() < deadline:
-            try:
-                size = int(r.zcard(keys.board_key("global")))
-            except redis.ConnectionError:
-                size = 0
-            if size >= 100:
-                break
-            time.sleep(0.5)
-        r.close()
-        assert size >= 100, "demo did not fill the global board"
-        time.sleep(5)  # let it run a while longer: about 15 s in all
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=40)
-        assert proc.returncode == 0, out.decode()[-3000:]
-        text = out.decode()
-        assert "hotboard demo running" in text and "demo stopped." in text
-        still = [name for name, port in {**ports, **extra}.items() if port_open(port)]
-        assert not still, f"still listening after Ctrl-C: {still}"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_dev_refuses_a_taken_port_with_a_clear_error() -> None:

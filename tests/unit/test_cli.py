@@ -139,3 +139,19 @@ def test_a_malformed_redis_url_is_one_line_without_the_password(
     assert out == "" and len(err.splitlines()) == 1 and err.startswith(f"hotboard {command}: invalid --redis ")
     assert "hb:***@" in err
     assert "Zq8xK2" not in err and "pW9vT4" not in err
+
+
+def test_help_speaks_to_users(capsys: pytest.CaptureFixture[str]) -> None:
+    """``hotboard --help`` says what hotboard is and where to start; no command's help shows source markup, and
+    the dev tools show their defaults."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "Real-time leaderboards" in text and "./dev demo" in text and "docs/" in text
+    for command in ("worker", "api", "boards", "send", "dlq", "produce", "dev", "demo"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        shown = capsys.readouterr().out
+        assert "``" not in shown and ":mod:" not in shown, command
+        if command in ("produce", "dev", "demo"):
+            assert "(default: " in shown, command
