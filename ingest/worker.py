@@ -36,7 +36,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 
-from flusher.batch import BoardResult, Outcome
+from flusher.batch import BoardResult, Outcome, Sink
 from flusher.redis_sink import RedisSink
 from flusher.server import require_noeviction
 from hotboard.timing import Backoff, ticker, wait_or_stop
@@ -84,7 +84,11 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         handle_signals: bool = True,
         on_flush: Callable[[FlushReport], None] | None = None,
+        sink: Sink | None = None,
+        dead_letters: bool = True,
     ) -> None:
+        """``sink``: where windows go instead of Redis (the archive; ``redis`` then serves the definitions);
+        ``dead_letters=False``: invalid records are counted, not sent (another process kind sends them)."""
         self.settings = settings
         self.metrics = metrics or WorkerMetrics()
         self._handle_signals = handle_signals
@@ -109,7 +113,8 @@ class Worker:
         else:
             redis.connection_pool.connection_kwargs["redis_connect_func"] = self._identity.on_connect
         self._redis = redis
-        self._sink = RedisSink(redis, s.topic, s.max_script_players)
+        self._sink: Sink = sink or RedisSink(redis, s.topic, s.max_script_players)
+        self._dead_letters = dead_letters
         self._consumer = AIOKafkaConsumer(**consumer_config(s))
         self._producer = AIOKafkaProducer(**producer_config(s))
         self._assignment = Assignment(s, self._consumer, self._sink, self.metrics)
@@ -464,6 +469,8 @@ class Worker:
         letters = window.take_dead_letters()
         for _, error in letters:
             self.metrics.dlq.labels(error.reason.value).inc()
+        if not self._dead_letters:
+            return
         self._dead.add([dlq.letter(record, error, self._dead.max_bytes) for record, error in letters])
         failures = self._dead.failures
         await self._dead.send_pending()
