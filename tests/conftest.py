@@ -92,10 +92,10 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def postgres_server(tmp_path: Path) -> Iterator[PostgresServer]:
-    """A PostgreSQL of this test's own (initdb in tmp_path), which the test may stop, crash and start again."""
-    server = PostgresServer(tmp_path / "pg").init()
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test's own (initdb in a temp dir), which the test may stop, crash and start again."""
+    server = PostgresServer()
     try:
-        yield server
+        yield server.init()
     finally:
-        server.stop("immediate")
+        server.remove()

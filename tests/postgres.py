@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -65,8 +66,9 @@ def fresh_database(server_url: str | None = None) -> Iterator[str]:
 class PostgresServer:
     """A PostgreSQL of the test's own, to stop (``-m immediate`` is a crash) and start again on the same port."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.dir = data_dir
+    def __init__(self, data_dir: Path | None = None) -> None:
+        #: Not under pytest's tmp_path, whose root pytest keeps at 0700 (the postgres user could not enter it).
+        self.dir = data_dir or Path(tempfile.mkdtemp(prefix="hotboard-pg-"))
         self.port = free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
@@ -77,10 +79,7 @@ class PostgresServer:
         if not (BIN / "initdb").exists() or shutil.which("runuser") is None:
             unavailable("PostgreSQL 15 binaries (initdb, pg_ctl) and runuser")
         self.dir.mkdir(parents=True, exist_ok=True)
-        for folder in (self.dir, *self.dir.parents):  # the postgres user must enter every parent
-            if folder == Path("/"):
-                break
-            folder.chmod(folder.stat().st_mode | 0o755)
+        self.dir.chmod(0o755)  # a mkdtemp folder is 0700 root: the postgres user must enter it
         shutil.chown(self.dir, "postgres", "postgres")
         self._pg(str(BIN / "initdb"), "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres")
         return self.start()
@@ -94,6 +93,10 @@ class PostgresServer:
     def stop(self, mode: str = "fast") -> None:
         """``immediate``: a crash (no checkpoint; recovery replays the WAL at the next start)."""
         self._pg(str(BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-m", mode, "-w", "stop", check=False)
+
+    def remove(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def log(self) -> str:
         path = self.dir / "log"
