@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from cli import api, archiver, boards, produce, stack, worker
+from cli import api, archiver, boards, produce, restore, stack, worker
 from cli.devstack import StackError
 from cli.exits import EXIT_CONFIG
 from cli.options import add_options, settings_from
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     worker.add_parser(sub)
     archiver.add_parser(sub)
+    restore.add_parser(sub)
     api.add_parser(sub)
     boards.add_parser(sub)
     stack.add_dev_parser(sub)
