@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import Any
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Protocol, Self
 
 from cli.exits import EXIT_CONFIG, EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
@@ -18,6 +20,16 @@ from ingest.startup import OpsPortTaken, RedisUnavailable
 from ingest.worker import Worker
 
 
+class Member(Protocol):
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+    async def run(self) -> None: ...
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("worker", help="run one worker (scale out by starting more with the same --group)")
     add_options(p, WorkerSettings)
@@ -27,10 +39,15 @@ def add_parser(sub: Any) -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     settings = settings_from(WorkerSettings, args)
     redis_connect.check(settings)
+    return run_member("worker", lambda: Worker(settings))
+
+
+def run_member(command: str, make: Callable[[], Member]) -> int:
+    """Run a consumer-group member (a worker, an archiver) until SIGTERM drains it; its exit code."""
 
     async def main() -> None:
-        async with Worker(settings) as worker:
-            await worker.run()
+        async with make() as member:
+            await member.run()
 
     try:
         asyncio.run(main())
@@ -38,6 +55,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
         logging.getLogger("hotboard").error("%s", exc)
         return EXIT_UNAVAILABLE
     except (EvictionPolicyError, OpsPortTaken) as exc:
-        print(f"hotboard worker: {exc}", file=sys.stderr)
+        print(f"hotboard {command}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     return 0

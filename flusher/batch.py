@@ -133,3 +133,6 @@ class Sink(Protocol):
     async def flush(self, batches: Sequence[BoardBatch], expected: ExpectedWatermark) -> list[BoardResult]: ...
 
     async def advance_checkpoints(self, moves: dict[int, tuple[int, int]]) -> list[CheckpointResult]: ...
+
+    def forget_registry(self) -> None:
+        """The server restarted: whatever the sink remembers having written there is to be written again."""

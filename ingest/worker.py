@@ -36,7 +36,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 
-from flusher.batch import BoardResult, Outcome
+from flusher.batch import BoardResult, Outcome, Sink
 from flusher.cluster import ClusterSink, ReplicaAcksShort
 from flusher.redis_sink import RedisSink
 from hotboard import redis_connect
@@ -87,7 +87,11 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         handle_signals: bool = True,
         on_flush: Callable[[FlushReport], None] | None = None,
+        sink: Sink | None = None,
+        dead_letters: bool = True,
     ) -> None:
+        """``sink``: where windows go instead of Redis (the archive; ``redis`` then serves the definitions);
+        ``dead_letters=False``: invalid records are counted, not sent (another process kind sends them)."""
         self.settings = settings
         self.metrics = metrics or WorkerMetrics()
         self._handle_signals = handle_signals
@@ -112,7 +116,7 @@ class Worker:
         elif isinstance(redis, Redis):
             redis.connection_pool.connection_kwargs["redis_connect_func"] = self._identity.on_connect
         self._redis = redis
-        self._sink: RedisSink = (
+        self._sink: Sink = sink or (
             RedisSink(redis, s.topic, s.max_script_players)
             if isinstance(redis, Redis)
             else ClusterSink(
@@ -123,6 +127,7 @@ class Worker:
                 replica_ack_timeout_ms=s.replica_ack_timeout_ms,
             )
         )
+        self._dead_letters = dead_letters
         self._consumer = AIOKafkaConsumer(**consumer_config(s))
         self._producer = AIOKafkaProducer(**producer_config(s))
         self._assignment = Assignment(s, self._consumer, self._sink, self.metrics)
@@ -478,6 +483,8 @@ class Worker:
             where = f"partition {record.partition} offset {record.offset}"
             if line := self.dead_letter_log.line(error.reason.value, where, error.detail[:200]):
                 log.warning(line)
+        if not self._dead_letters:
+            return
         self._dead.add([dlq.letter(record, error, self._dead.max_bytes) for record, error in letters])
         failures = self._dead.failures
         await self._dead.send_pending()

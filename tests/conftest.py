@@ -13,6 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from cli.devstack import RedisServer, create_topic
+from tests.postgres import PostgresServer, fresh_database
 from tests.services import REDIS_ENV, embedded_redis, kafka_bootstrap
 
 _topic_ids = itertools.count()
@@ -81,3 +82,20 @@ async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh database (HOTBOARD_TEST_POSTGRES's server, else the machine's on 127.0.0.1:5432), dropped after."""
+    with fresh_database() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test's own (initdb in a temp dir), which the test may stop, crash and start again."""
+    server = PostgresServer()
+    try:
+        yield server.init()
+    finally:
+        server.remove()

@@ -14,8 +14,7 @@ from typing import Any, cast
 import orjson
 from redis.asyncio import Redis
 
-from flusher.batch import NO_WATERMARK, BoardBatch, Outcome
-from flusher.redis_sink import RedisSink
+from flusher.batch import NO_WATERMARK, BoardBatch, Outcome, Sink
 from hotboard import earliest, keys
 from hotboard.boards import BoardDef
 from hotboard.codec import Decoder, decode_all
@@ -80,6 +79,16 @@ def random_events(rng: random.Random, definition: BoardDef, count: int, players:
         meta: dict[str, object] | None = {"name": f"n{i}"} if rng.random() < 0.1 else None
         out.append(Ev(f"p{rng.randrange(players)}", op, amount, 1_000 + i // 3, meta))
     return out
+
+
+def random_case(seed: int, definition: BoardDef) -> tuple[str, list[Ev], list[list[BoardBatch]]]:
+    """Board ``b<seed>``: random events (mixed operators on odd seeds), folded into windows cut at random."""
+    rng = random.Random(seed)
+    count = rng.randint(20, 150)
+    events = random_events(rng, definition, count, players=rng.randint(2, 12), mixed=seed % 2 == 1)
+    cuts = rng.sample(range(count + 1), k=rng.randint(0, 6))
+    board = f"b{seed}"
+    return board, events, fold_windows(board, definition, events, cuts, rng.randint(1, 3), rng.randint(2, 9))
 
 
 def partition_of(player: str, partitions: int) -> int:
@@ -205,7 +214,7 @@ async def check_dense(redis: Redis, board: str, scores: dict[str, tuple[int, int
     assert distinct == [(str(v), v) for v in sorted(counts)]
 
 
-async def flush_all(sink: RedisSink, windows: list[list[BoardBatch]]) -> None:
+async def flush_all(sink: Sink, windows: list[list[BoardBatch]]) -> None:
     """Flush ``windows`` in order, each expecting the watermarks the previous ones left; every batch applies."""
     marks: dict[tuple[str, int], int] = {}
     for batches in windows:

@@ -177,8 +177,10 @@ class WorkerProcess:
         name: str,
         window_ms: int = 500,
         extra_env: dict[str, str] | None = None,
+        command: str = "worker",
     ) -> None:
         self.name = name
+        self.command = command
         self.log_path = log_dir / f"{name}.log"
         self.metrics_port = free_port()
         self.env = {
@@ -200,7 +202,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         with self.log_path.open("ab") as log:
             log.write(f"--- start {self.starts}\n".encode())
-        self.proc = spawn([sys.executable, "-m", "cli.main", "worker"], self.log_path, env=self.env)
+        self.proc = spawn([sys.executable, "-m", "cli.main", self.command], self.log_path, env=self.env)
         self.starts += 1
         return self
 

@@ -15,7 +15,17 @@ from flusher.redis_sink import RedisSink
 from hotboard import board_store, keys
 from hotboard.boards import OPERATORS, ORDERS, TIES, BoardDef
 from hotboard.keys import MAX_EXACT
-from tests.semantics import Ev, check_dense, flush_all, fold_windows, hash_of, random_events, reference, stored
+from tests.semantics import (
+    Ev,
+    check_dense,
+    flush_all,
+    fold_windows,
+    hash_of,
+    random_case,
+    random_events,
+    reference,
+    stored,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -27,13 +37,9 @@ async def test_every_definition_equals_the_reference(redis_client: Redis, order:
     definition = BoardDef(order, operator, ties)  # type: ignore[arg-type]
     sink = RedisSink(redis_client, "scores")
     for seed in range(6):
-        board = f"b{seed}"
+        board, events, windows = random_case(seed, definition)
         await board_store.declare(redis_client, board, definition)
-        rng = random.Random(seed)
-        count = rng.randint(20, 150)
-        events = random_events(rng, definition, count, players=rng.randint(2, 12), mixed=seed % 2 == 1)
-        cuts = rng.sample(range(count + 1), k=rng.randint(0, 6))
-        await flush_all(sink, fold_windows(board, definition, events, cuts, rng.randint(1, 3), rng.randint(2, 9)))
+        await flush_all(sink, windows)
         expected, metas = reference(events, definition)
         got = await stored(redis_client, board, definition)
         assert {p: v for p, (v, _) in got.items()} == {p: v for p, (v, _) in expected.items()}

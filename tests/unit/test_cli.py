@@ -75,6 +75,20 @@ def test_docs_document_every_setting_with_its_option_env_and_default(command: st
     assert not stale, f"docs/configuration.md documents settings that do not exist: {stale}"
 
 
+def test_docs_document_the_archivers_own_settings() -> None:
+    """The archiver takes every worker setting (documented with the worker) and its own, or redefaulted, ones."""
+    from archive.settings import ArchiverSettings
+
+    rows = documented_table("## Archiver (`hotboard archiver`)")
+    own = set(ArchiverSettings.__annotations__)
+    assert {env_var(ArchiverSettings, n) for n in own} == set(rows)
+    for name in own:
+        field = ArchiverSettings.model_fields[name]
+        options, _, default = rows[env_var(ArchiverSettings, name)]
+        assert option(name) in options
+        assert (float(default) == field.default) if isinstance(field.default, int | float) else default == field.default
+
+
 @pytest.mark.parametrize(
     ("command", "name"), [(command, name) for command, (cls, _) in COMMANDS.items() for name in cls.model_fields]
 )

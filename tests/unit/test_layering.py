@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("hotboard", "flusher", "ingest", "reader_api", "cli")
+PACKAGES = ("hotboard", "flusher", "ingest", "reader_api", "archive", "cli")
 #: package -> the project packages its modules may import.
 ALLOWED = {
     "hotboard": {"hotboard"},
     "flusher": {"hotboard", "flusher"},
     "ingest": {"hotboard", "flusher", "ingest"},
     "reader_api": {"hotboard", "reader_api"},
+    "archive": {"hotboard", "flusher", "ingest", "archive"},
     "cli": set(PACKAGES),
 }
 #: package -> base modules it must not import: the sink applies what the batch carries (a period's logical

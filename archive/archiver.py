@@ -1,0 +1,106 @@
+"""``hotboard archiver``: the worker's fold, windows and flush order (:class:`ingest.worker.Worker`) with the
+archive as its sink, in a consumer group of its own, so the hot workers never wait for PostgreSQL.
+
+Everything the worker does for Redis it does here for PostgreSQL: a window is held (and fetching paused past
+``max_pending_entries``) while PostgreSQL is down, slow or restarting, retried with backoff, and applied once;
+``/healthz``, ``/readyz`` and ``/metrics`` are the worker's. Invalid records are counted, not dead-lettered (the
+workers send them). Redis is read for the definitions of boards the archive does not hold yet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Self
+
+from prometheus_client import Gauge
+from redis.asyncio import Redis
+
+from archive.pool import Archive
+from archive.settings import ArchiverSettings
+from archive.sink import ArchiveSink
+from ingest.metrics import WorkerMetrics
+from ingest.worker import FlushReport, Worker
+
+
+class ArchiverMetrics(WorkerMetrics):
+    """The worker's metrics (windows applied and failed, pending entries, consumer lag per partition), plus the
+    archive's lag in one number each: records behind the topic, and seconds since the last window landed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_window = time.time()
+        Gauge(
+            "hotboard_archive_lag_records",
+            "Records of the topic not yet in the archive (sum over the archiver's partitions)",
+            registry=self.registry,
+        ).set_function(self._lag)
+        Gauge(
+            "hotboard_archive_last_window_age_seconds",
+            "Seconds since a window last landed in the archive",
+            registry=self.registry,
+        ).set_function(lambda: time.time() - self.last_window)
+
+    def _lag(self) -> float:
+        return sum(s.value for m in self.consumer_lag.collect() for s in m.samples)
+
+
+class Archiver:
+    """``async with Archiver(settings) as archiver: await archiver.run()``; ``stop()`` drains and exits."""
+
+    def __init__(
+        self,
+        settings: ArchiverSettings,
+        *,
+        handle_signals: bool = True,
+        on_flush: Callable[[FlushReport], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = ArchiverMetrics()
+        self._on_flush = on_flush
+        self._stack = AsyncExitStack()
+        self._archive = Archive(settings.postgres, settings.postgres_timeout_s)
+        self._redis = Redis.from_url(
+            settings.redis, socket_timeout=settings.redis_timeout_s, socket_connect_timeout=settings.redis_timeout_s
+        )
+        self.sink = ArchiveSink(self._archive, self._redis, settings.topic)
+        self.worker = Worker(
+            settings.model_copy(update={"group": settings.consumer_group}),
+            redis=self._redis,
+            metrics=self.metrics,
+            handle_signals=handle_signals,
+            on_flush=self._flushed,
+            sink=self.sink,
+            dead_letters=False,
+        )
+
+    def __repr__(self) -> str:
+        return repr(self.worker).replace("<Worker", "<Archiver", 1)
+
+    def _flushed(self, report: FlushReport) -> None:
+        self.metrics.last_window = time.time()
+        if self._on_flush is not None:
+            self._on_flush(report)
+
+    async def __aenter__(self) -> Self:
+        try:
+            self._stack.push_async_callback(self._redis.aclose)
+            await self._stack.enter_async_context(self._archive)
+            await self._stack.enter_async_context(self.worker)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stack.aclose()
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    async def run(self) -> None:
+        await self.worker.run()

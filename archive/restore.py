@@ -1,0 +1,198 @@
+"""``hotboard restore``: boards rebuilt in Redis from the archive alone (no Kafka), each swapped in atomically.
+
+Each board is written into keys of its own hash tag beside the live ones (``hb:{B}:applied:restoring``, ...), then
+one script renames them over the live keys (and deletes the live keys the archive has no counterpart for), so
+a reader sees the old board or the restored one, never half of either. The watermarks come along, so what a
+board holds and what it has applied stay one statement. A board's meta version moves past both the live one and
+the archived one: a reader's cache keyed by version never serves the old board for the new.
+
+The topic's checkpoints are lowered to the archive's before the swaps and once more after them: a worker whose
+checkpoint move is refused resynchronises, and replays from the archive's checkpoint the tail the restored boards
+lack (their watermarks skip what they hold), once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from archive.pool import Archive
+from hotboard import earliest, keys
+from hotboard.boards import DEFAULT, from_spec, to_hash
+from hotboard.periods import split_period_board
+from hotboard.script import Script
+
+#: The live keys of a board, in this order: KEYS[i] and KEYS[i + 8] is its restored twin.
+_KINDS: tuple[Callable[[str], str], ...] = (
+    keys.board_key,
+    keys.applied_key,
+    keys.meta_key,
+    keys.def_key,
+    keys.player_meta_key,
+    keys.members_key,
+    keys.dense_key,
+    keys.counts_key,
+)
+#: Swap a restored board in. KEYS: the 8 live keys, then their 8 restored twins. ARGV: the archived version
+#: (-1: a seasonal board's own meta, which holds no version), when the keys expire (ms; 0: never).
+_SWAP = Script(f"""
+local archived, expire_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+if archived >= 0 then
+  local live = tonumber(redis.call('HGET', KEYS[3], '{keys.META_VERSION}') or '0')
+  redis.call('HSET', KEYS[11], '{keys.META_VERSION}', math.max(live, archived) + 1)
+end
+for i = 1, 8 do
+  if redis.call('EXISTS', KEYS[i + 8]) == 1 then
+    redis.call('RENAME', KEYS[i + 8], KEYS[i])
+    if expire_ms > 0 then redis.call('PEXPIREAT', KEYS[i], expire_ms) end
+  else
+    redis.call('DEL', KEYS[i])
+  end
+end
+return 1
+""")
+#: Lower checkpoints, never raise them. KEYS: the checkpoint hash. ARGV: (partition, checkpoint, epoch) triples.
+_LOWER = Script("""
+for i = 1, #ARGV, 3 do
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  if not cur or tonumber(cur) > tonumber(ARGV[i + 1]) then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+  if ARGV[i + 2] ~= '0' then redis.call('HSET', KEYS[1], ARGV[i] .. ':epoch', ARGV[i + 2]) end
+end
+return 1
+""")
+CHUNK = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    board: str
+    players: int
+
+
+async def board_names(archive: Archive, board: str | None) -> list[str]:
+    """Every archived board (periods included), or ``board`` and its periods."""
+    async with archive.connection() as conn:
+        if board is None:
+            rows = await conn.fetch("SELECT board FROM hb_boards ORDER BY board")
+        else:
+            rows = await conn.fetch(
+                "SELECT board FROM hb_boards WHERE board = $1 OR board LIKE $2 ORDER BY board", board, f"{board}@%"
+            )
+    return [r["board"] for r in rows]
+
+
+async def lower_checkpoints(archive: Archive, redis: Redis, topic: str) -> int:
+    async with archive.connection() as conn:
+        rows = await conn.fetch(
+            "SELECT partition, checkpoint, epoch FROM hb_checkpoints WHERE topic = $1 AND checkpoint IS NOT NULL", topic
+        )
+    args: list[Any] = []
+    for r in rows:
+        args += (str(r["partition"]), r["checkpoint"], r["epoch"])
+    if args:
+        await _LOWER(redis, [keys.checkpoint_key(topic)], args)
+    return len(rows)
+
+
+async def restore_board(archive: Archive, redis: Redis, board: str, now_ms: int) -> Restored | None:
+    """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired."""
+    live = [kind(board) for kind in _KINDS]
+    twin = [f"{k}:restoring" for k in live]
+    async with archive.connection() as conn:
+        row = await conn.fetchrow(
+            "SELECT spec, expires_at_ms, version, as_of_ms FROM hb_boards WHERE board = $1", board
+        )
+        if row is None or 0 < row["expires_at_ms"] <= now_ms:
+            return None
+        definition = from_spec(row["spec"])
+        logical, period = split_period_board(board)
+        await redis.delete(*twin)
+        players = 0
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
+            if marks:
+                await redis.hset(twin[1], mapping={r["field"]: r["last_offset"] for r in marks})
+            chunk: list[Any] = []
+            async for r in conn.cursor(
+                "SELECT player, score, tie_ms, meta FROM hb_scores WHERE board = $1", board, prefetch=CHUNK
+            ):
+                chunk.append(r)
+                if len(chunk) >= CHUNK:
+                    await _write_players(redis, twin, definition, chunk)
+                    players += len(chunk)
+                    chunk = []
+            await _write_players(redis, twin, definition, chunk)
+            players += len(chunk)
+    root = definition.seasonal and period is None
+    if root:
+        await redis.hset(twin[2], keys.META_PERIODS, 1)
+    else:
+        await redis.hset(twin[2], keys.META_AS_OF, row["as_of_ms"])
+    if period is not None:
+        copy: dict[Any, Any] = {k: v for k, v in to_hash(definition, 0).items() if k in _COPIED}
+        await redis.hset(twin[3], mapping=copy)
+    elif definition != DEFAULT:
+        declared: dict[Any, Any] = to_hash(definition, now_ms)
+        await redis.hset(twin[3], mapping=declared)
+    await _SWAP(redis, live + twin, [-1 if root else row["version"], row["expires_at_ms"]])
+    if period is None:
+        await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
+    return Restored(board, players)
+
+
+#: The fields a period's definition copy holds (what the flush script seeds, see hotboard.lua).
+_COPIED = ("spec", "order", "operator", "ties")
+
+
+async def _write_players(redis: Redis, twin: list[str], definition: Any, rows: Iterable[Any]) -> None:
+    zset: dict[str, int] = {}
+    metas: dict[str, bytes] = {}
+    members: dict[str, str] = {}
+    counts: dict[int, int] = {}
+    for r in rows:
+        player, score = r["player"], r["score"]
+        if definition.earliest:
+            member = earliest.member(r["tie_ms"] or 0, player)
+            members[player] = member
+            zset[member] = definition.sign * score
+        else:
+            zset[player] = score
+        if r["meta"] is not None:
+            metas[player] = r["meta"]
+        counts[score] = counts.get(score, 0) + 1
+    if not zset:
+        return
+    pipe = redis.pipeline(transaction=False)
+    pipe.zadd(twin[0], zset)
+    if metas:
+        pipe.hset(twin[4], mapping=metas)  # type: ignore[arg-type]
+    if members:
+        pipe.hset(twin[5], mapping=members)  # type: ignore[arg-type]
+    if definition.ties == "dense":
+        for score, n in counts.items():
+            pipe.hincrby(twin[7], str(score), n)
+            pipe.zadd(twin[6], {str(score): score})
+    await pipe.execute()
+
+
+async def restore(
+    archive: Archive, redis: Redis, topic: str, board: str | None, progress: Callable[[Restored], None]
+) -> list[Restored]:
+    """Restore every archived board (``board`` None) or one board and its periods."""
+    now_ms = int(time.time() * 1000)
+    names = await board_names(archive, board)
+    # 1. checkpoints no higher than the archive's: a running worker resynchronises and replays the tail
+    await lower_checkpoints(archive, redis, topic)
+    done = []
+    for name in names:
+        restored = await restore_board(archive, redis, name, now_ms)
+        if restored is not None:
+            done.append(restored)
+            progress(restored)
+    # 2. once more: a worker that moved its checkpoint while the boards were swapped in replays from here
+    await lower_checkpoints(archive, redis, topic)
+    return done

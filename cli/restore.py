@@ -1,0 +1,53 @@
+"""``hotboard restore --all | --board B``: rebuild boards in Redis from the PostgreSQL archive alone (no Kafka),
+each swapped in atomically with its watermarks, definition, periods and their expiry."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from redis.asyncio import Redis
+
+from archive.pool import Archive, ArchiveUnavailable
+from archive.restore import Restored, restore
+from archive.settings import ArchiverSettings
+from cli.exits import EXIT_UNAVAILABLE
+from cli.options import add_options, settings_from
+from hotboard import redis_url
+
+OPTIONS = ("postgres", "redis", "topic", "postgres_timeout_s")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("restore", help="rebuild boards in Redis from the PostgreSQL archive")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--all", action="store_true", help="every archived board")
+    which.add_argument("--board", help="one board (with its periods)")
+    add_options(p, ArchiverSettings, only=OPTIONS)
+    p.set_defaults(run=cmd_restore)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    settings = settings_from(ArchiverSettings, args)
+    redis_url.check(settings.redis)
+
+    def progress(done: Restored) -> None:
+        print(f"restored {done.board}: {done.players} players", flush=True)
+
+    async def main() -> int:
+        redis = Redis.from_url(settings.redis, socket_timeout=settings.redis_timeout_s)
+        try:
+            async with Archive(settings.postgres, settings.postgres_timeout_s) as archive:
+                done = await restore(archive, redis, settings.topic, None if args.all else args.board, progress)
+        finally:
+            await redis.aclose()
+        print(f"restored {len(done)} boards, {sum(d.players for d in done)} players")
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except ArchiveUnavailable as exc:
+        print(f"hotboard restore: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
