@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from reader_api.write_settings import WriteSettings
 
 
-class ApiSettings(BaseSettings):
+class ApiSettings(WriteSettings):
     model_config = SettingsConfigDict(env_prefix="HOTBOARD_", frozen=True, extra="ignore")
 
     redis: str = Field("redis://127.0.0.1:6379/0", description="Redis URL")
