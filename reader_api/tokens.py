@@ -17,9 +17,9 @@ from reader_api.errors import invalid
 
 #: Partitions a token may name (a topic with more is unusual; the bound keeps a token's decoding small).
 MAX_PARTITIONS = 4096
-_PAIR_RE = r"[0-9]{1,9}\.[0-9]{1,18}"
+_PAIR_RE = r"[0-9]{1,9}\.[0-9]{1,19}"
 PATTERN = f"^({_PAIR_RE}(_{_PAIR_RE}){{0,{MAX_PARTITIONS - 1}}})?$"
-_PAIR = re.compile(r"([0-9]{1,9})\.([0-9]{1,18})")
+_PAIR = re.compile(r"([0-9]{1,9})\.([0-9]{1,19})")
 
 Marks = dict[int, int]
 

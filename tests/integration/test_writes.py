@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -23,7 +24,7 @@ from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAns
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
 from tests.integration.harness import read_topic, worker_settings
-from tests.integration.reader_harness import asgi_client, conforms, metrics_text, reference_ranking
+from tests.integration.reader_harness import api_server, asgi_client, conforms, metrics_text, reference_ranking
 
 pytestmark = pytest.mark.integration
 
@@ -198,7 +199,12 @@ async def test_an_idempotent_retry_answers_as_the_first_and_produces_nothing_mor
         assert (reused.status_code, reused.json()["error"]) == (422, "idempotency_key_reused")
         fresh = await c.post("/v1/events", json=events[:1], headers={**AUTH, "Idempotency-Key": "order-2"})
         assert fresh.json()["accepted"] == 1
-    assert await count_records(kafka, topic, 6) == 6
+        # ten at once with one new key: one produces, each other answers its answer or 409 while it runs
+        racing = {**AUTH, "Idempotency-Key": "order-3"}
+        answers = await asyncio.gather(*(c.post("/v1/events", json=events[:2], headers=racing) for _ in range(10)))
+        assert {r.status_code for r in answers} <= {200, 409} and 200 in {r.status_code for r in answers}
+        assert all(r.headers["Retry-After"] for r in answers if r.status_code == 409)
+    assert await count_records(kafka, topic, 8) == 8
 
 
 async def test_a_broker_that_stops_answering_is_a_bounded_503(tmp_path: Path, redis_url: str) -> None:
@@ -243,3 +249,22 @@ async def test_without_kafka_the_write_endpoints_are_not_served(redis_url: str) 
     async with asgi_client(create_app(ApiSettings(redis=redis_url))) as c:
         assert (await c.post("/v1/events", json=[], headers=AUTH)).status_code in {404, 405}
         assert "/v1/events" not in (await c.get("/openapi.json")).json()["paths"]
+
+
+def test_hotboard_api_with_kafka_serves_the_writes_over_its_bounded_server(
+    kafka: str, topic: str, redis_url: str, tmp_path: Path
+) -> None:
+    """The real process: ``--kafka`` turns the writes on, bodies go through the bounded httptools protocol."""
+    env = {"HOTBOARD_API_WRITE_TOKENS": TOKEN, "HOTBOARD_API_MAX_BODY_BYTES": "50000"}
+    with api_server(redis_url, tmp_path, "--kafka", kafka, "--topic", topic, env=env) as server:
+        lines = b"".join(orjson.dumps({"player": f"p{i}", "delta": 1}) + b"\n" for i in range(1000))
+        ndjson = {**AUTH, "Content-Type": "application/x-ndjson"}
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            r = c.post("/v1/events", content=lines, headers=ndjson)
+            assert r.status_code == 200 and r.json()["accepted"] == 1000, r.text
+            assert r.headers["x-content-type-options"] == "nosniff"
+            big = c.post("/v1/events", content=lines * 3, headers=ndjson)
+            assert (big.status_code, big.json()["error"]) == (413, "body_too_large")
+            assert c.get("/openapi.json").json()["info"]["title"] == "hotboard API"
+            assert c.get("/v1/boards/global/top").status_code == 404  # reads as before
+    assert asyncio.run(count_records(kafka, topic, 1000)) == 1000
