@@ -268,3 +268,16 @@ def test_hotboard_api_with_kafka_serves_the_writes_over_its_bounded_server(
             assert c.get("/openapi.json").json()["info"]["title"] == "hotboard API"
             assert c.get("/v1/boards/global/top").status_code == 404  # reads as before
     assert asyncio.run(count_records(kafka, topic, 1000)) == 1000
+
+
+async def test_many_waiters_on_one_board_share_one_poller(kafka: str, topic: str, redis_url: str) -> None:
+    """50 reads wait on one board for 400 ms: Redis is polled once per poll interval, not once per request."""
+    settings = api(redis_url, kafka, topic, api_wait_poll_ms=20)
+    async with asgi_client(create_app(settings)) as c:
+        reads = [c.get("/v1/boards/shared/top", params={"after": "0.99", "wait_ms": 400}) for _ in range(50)]
+        answers = await asyncio.gather(*reads)
+        assert {r.status_code for r in answers} == {503}
+        transport = c._transport
+        assert isinstance(transport, httpx.ASGITransport)
+        polls = transport.app.state.reader.after.watermarks.polls  # type: ignore[attr-defined]
+        assert 5 <= polls <= 40, polls  # 400 ms / 20 ms, with slack for a slow machine; 50 per tick if per request
