@@ -111,3 +111,9 @@ def is_valid_player(player: str) -> bool:
     # isprintable() is a fast C loop and implies "no control characters"; only the rare non-printable but
     # legal ids (e.g. containing U+2028) take the regex.
     return player.isprintable() or _CONTROL_RE.search(player) is None
+
+
+def idempotency_key(scope: str, key_digest: str) -> str:
+    """String: the read API's answer to a write sent with an ``Idempotency-Key`` (the writer's scope and the
+    key's digest), kept with a TTL. Its own hash tag per writer."""
+    return f"{PREFIX}:idem:{{{scope}}}:{key_digest}"

@@ -88,17 +88,23 @@ head[7] = page(offset, flat)
 return head
 """
 
-#: ARGV: player. Adds {rank, stored score, meta} when the player is on the board.
-PLAYER = f"""{NO_WRITES}{_KEYS}
+#: One player's answer, as ``answer()``: the header, then {rank, stored score, meta} when the player is on the board.
+_PLAYER = f"""
 local player = ARGV[1]
 {_HEADER}
-local member = member_of(player)
-local s = member and redis.call('ZSCORE', board_key, member)
-if not s then return head end
-local pos = false
-if not fair then pos = position(member) end
-head[7], head[8], head[9] = rank_of(pos, s), s, redis.call('HGET', pmeta_key, player)
-return head
+local function answer()
+  local member = member_of(player)
+  local s = member and redis.call('ZSCORE', board_key, member)
+  if not s then return head end
+  local pos = false
+  if not fair then pos = position(member) end
+  head[7], head[8], head[9] = rank_of(pos, s), s, redis.call('HGET', pmeta_key, player)
+  return head
+end
+"""
+
+#: ARGV: player. Adds {rank, stored score, meta} when the player is on the board.
+PLAYER = f"""{NO_WRITES}{_KEYS}{_PLAYER}return answer()
 """
 
 #: ARGV: player, radius. Adds {first position, page} when the player is on the board.
@@ -143,4 +149,27 @@ local meta = redis.call('HMGET', meta_key, '{META_VERSION}', '{META_AS_OF}')
 local exists = 1
 if total == 0 then exists = redis.call('EXISTS', meta_key) end
 return {{exists, total, meta[1], meta[2], redis.call('EXISTS', def_key), redis.call('HGET', def_key, 'spec')}}
+"""
+
+#: The waits' poll (read API): a board's version and watermarks from one snapshot, so "not covered at version
+#: v" is a fact about v. KEYS: meta hash, applied hash. ARGV: watermark fields. Answers {version, marks...}
+#: (false where a field is absent).
+MARKS = f"""{NO_WRITES}
+local meta_key, applied_key = KEYS[1], KEYS[2]
+local version = redis.call('HGET', meta_key, '{META_VERSION}')
+if #ARGV == 0 then return {{version}} end
+local marks = redis.call('HMGET', applied_key, unpack(ARGV))
+table.insert(marks, 1, version)
+return marks
+"""
+
+#: PLAYER with one watermark read in the same snapshot (update-then-rank: the answer must show the write).
+#: KEYS: those of PLAYER, then the applied hash. ARGV: player, watermark field. Answers {mark, PLAYER's reply...}.
+PLAYER_MARK = f"""{NO_WRITES}{_KEYS}
+local applied_key, field = KEYS[7], ARGV[2]
+local mark = redis.call('HGET', applied_key, field) or '-1'
+{_PLAYER}
+local reply = answer()
+table.insert(reply, 1, mark)
+return reply
 """

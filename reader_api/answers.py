@@ -171,7 +171,68 @@ class ErrorBody(TypedDict):
     error: Annotated[str, Schema(description="Machine-readable code, e.g. board_not_found, invalid_parameter")]
     message: str
     parameter: NotRequired[Annotated[str, Schema(description="The offending parameter (422 only)")]]
+    outcome: NotRequired[
+        Annotated[
+            str,
+            Schema(
+                enum=["not_sent", "unknown"],
+                description="A write's 503 only: not_sent (nothing was produced: retry), unknown (Kafka did not "
+                "acknowledge in time: the events may or may not be in the topic)",
+            ),
+        ]
+    ]
 
 
 class Health(TypedDict):
     status: str
+
+
+Token = Annotated[
+    str,
+    Schema(
+        description="Consistency token: where the accepted events landed in the topic (opaque, URL-safe). Pass it "
+        "as `after` to any board read to see the write"
+    ),
+]
+
+
+class Rejection(TypedDict):
+    index: Annotated[int, Schema(minimum=0, description="Position of the event in the body (NDJSON: non-blank line)")]
+    reason: Annotated[
+        str, Schema(description="The worker's codec reason, as on the dead-letter topic: bad_type, missing_field, ...")
+    ]
+    detail: str
+
+
+class WriteAnswer(TypedDict):
+    accepted: Annotated[int, Schema(minimum=0, description="Events acknowledged by Kafka")]
+    rejected: Annotated[list[Rejection], Schema(description="Invalid events, not produced; the others are")]
+    token: Token
+
+
+class ScoreAccepted(TypedDict):
+    token: Token
+    wait: NotRequired[
+        Annotated[
+            str,
+            Schema(
+                enum=["timeout", "dead_lettered"],
+                description="With ?wait=true: why there is no score yet (wait_ms passed, or the worker dead-lettered "
+                "the event: the board's definition refuses it)",
+            ),
+        ]
+    ]
+
+
+class ScoreAfterWrite(PlayerRank):
+    """The player right after the first window holding the write was applied."""
+
+    version: Annotated[int | None, Schema(minimum=0, description="The board version this answer was read at")]
+    exact: Annotated[
+        bool,
+        Schema(
+            description="true: this is the state right after the window that applied the write (the API saw the "
+            "version before it not covering the write); false: a later state, still including the write"
+        ),
+    ]
+    token: Token

@@ -18,14 +18,19 @@ from hotboard import redis_connect
 from hotboard.redis_client import Client
 from reader_api import errors, ops_port
 from reader_api.cache import PageCache
+from reader_api.consistency import AfterWaits
 from reader_api.fastpath import FastPath
 from reader_api.metrics import ApiMetrics, MetricsMiddleware
 from reader_api.openapi import document
 from reader_api.paths import EncodedSlashMiddleware
+from reader_api.producer import EventProducer
 from reader_api.reader import Reader
-from reader_api.routes import ROUTES
+from reader_api.routes import routes
 from reader_api.seasons import Clock, wall_clock_ms
 from reader_api.settings import ApiSettings
+from reader_api.waits import Watermarks
+from reader_api.write_metrics import WriteMetrics
+from reader_api.writes import Writes
 
 DESCRIPTION = """Read-only leaderboard queries over the hotboard Redis layout.
 
@@ -42,6 +47,10 @@ DESCRIPTION = """Read-only leaderboard queries over the hotboard Redis layout.
   API's clock; `previous`; or a period id) and answers that period with `period` set; the kept periods that
   exist are listed by `GET /v1/boards/{board}/periods`.
 """
+
+
+#: The document's title: the writes are served only with ``--kafka``.
+TITLES = {False: "hotboard read API", True: "hotboard API"}
 
 
 def connect(settings: ApiSettings) -> Client:
@@ -70,13 +79,21 @@ def connect(settings: ApiSettings) -> Client:
 
 
 def create_app(
-    settings: ApiSettings, redis: Client | None = None, clock: Clock = wall_clock_ms, *, serve_metrics: bool = False
+    settings: ApiSettings,
+    redis: Client | None = None,
+    clock: Clock = wall_clock_ms,
+    *,
+    serve_metrics: bool = False,
+    producer: EventProducer | None = None,
 ) -> Starlette:
     """``redis``: use this client (the caller owns and closes it) instead of connecting to ``settings.redis``;
     ``clock``: ms since the epoch, which decides the current period of a board that resets (tests pin it);
     ``serve_metrics``: open ``settings.api_metrics_port`` for the app's lifetime (the ``hotboard api`` process
-    does; apps built in-process read ``app.state.metrics`` instead of taking a port)."""
+    does; apps built in-process read ``app.state.metrics`` instead of taking a port); ``producer``: the Kafka
+    producer of the writes (default: one to ``settings.kafka``). With ``settings.kafka`` set the app writes."""
     metrics = ApiMetrics()
+    write_metrics = WriteMetrics(metrics.registry)
+    writing = bool(settings.kafka)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -89,10 +106,19 @@ def create_app(
             scrape = await ops_port.serve(host, port, metrics.registry, timeout_s)
         client = redis if redis is not None else connect(settings)
         cache = PageCache(settings.api_cache_size, settings.api_cache_max_bytes)
-        app.state.reader = Reader(client, cache, metrics, clock)
+        reader = app.state.reader = Reader(client, cache, metrics, clock)
+        watermarks = Watermarks(client, settings.topic, settings.api_wait_poll_ms / 1000)
+        reader.after = AfterWaits(watermarks, settings.api_wait_ms, settings.api_max_wait_ms, write_metrics)
+        writes = None
+        if writing:
+            writes = app.state.writes = Writes(settings, client, reader, watermarks, write_metrics, producer)
+            writes.start()
         try:
             yield
         finally:
+            if writes is not None:
+                await writes.close()
+            await watermarks.close()
             if scrape is not None:
                 scrape.close()
             if redis is None:
@@ -107,7 +133,7 @@ def create_app(
         Middleware(MetricsMiddleware, metrics=metrics),
     ]
     app = Starlette(
-        routes=ROUTES,
+        routes=routes(writing),
         middleware=middleware,
         exception_handlers=errors.handlers(settings.api_retry_after_s),
         lifespan=lifespan,
@@ -116,6 +142,13 @@ def create_app(
     app.router.redirect_slashes = False
     app.state.metrics = metrics
     app.state.openapi = orjson.dumps(
-        document("hotboard read API", "1.0.0", DESCRIPTION, settings.api_max_request_line_bytes)
+        document(
+            TITLES[writing],
+            "1.0.0",
+            DESCRIPTION,
+            settings.api_max_request_line_bytes,
+            writing,
+            settings.api_max_wait_ms,
+        )
     )
     return app

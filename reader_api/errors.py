@@ -28,12 +28,20 @@ JSON = "application/json"
 class ApiError(Exception):
     """An expected failure with its HTTP status (unknown board or player, invalid parameter)."""
 
-    def __init__(self, status: int, code: str, message: str, parameter: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        parameter: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.parameter = parameter
+        self.headers = headers
 
 
 def not_found(what: str, message: str) -> ApiError:
@@ -59,8 +67,9 @@ def error_response(
 
 
 def api_failure(exc: ApiError, retry_after_s: int) -> Response:
-    headers = {"Retry-After": str(retry_after_s)} if exc.status == 503 else None
-    return error_response(exc.status, exc.code, exc.message, exc.parameter, headers)
+    headers = {"Retry-After": str(retry_after_s)} if exc.status == 503 else {}
+    headers.update(exc.headers or {})
+    return error_response(exc.status, exc.code, exc.message, exc.parameter, headers or None)
 
 
 def redis_failure(exc: Exception, retry_after_s: int) -> Response:

@@ -12,9 +12,10 @@ import types
 from typing import Annotated, Any, NotRequired, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from hotboard.keys import BOARD_RE, PLAYER_MAX_CHARS
+from reader_api import tokens
 from reader_api.answers import ErrorBody, Schema
 from reader_api.params import INT_PARAMS, MAX_IDS, MAX_PERIOD_CHARS
-from reader_api.routes import ENDPOINTS, Endpoint
+from reader_api.routes import BOARDS, Endpoint, served
 
 REF = "#/components/schemas/{model}"
 JSON = "application/json"
@@ -68,6 +69,34 @@ _PERIOD = {
     "that never resets, a 422",
     "schema": {"type": "string", "minLength": 1, "maxLength": MAX_PERIOD_CHARS},
 }
+_AFTER_TOKEN = {
+    "name": "after",
+    "in": "query",
+    "required": False,
+    "description": "Read your writes: a consistency token from a write; the answer waits (up to `wait_ms`) until the "
+    "board covers it, else 503 with Retry-After",
+    "schema": {"type": "string", "pattern": tokens.PATTERN},
+}
+_WAIT = {
+    "name": "wait",
+    "in": "query",
+    "required": False,
+    "description": "true: answer 200 with the player's score and rank from the first board snapshot holding the write "
+    "(202 with the token past `wait_ms`)",
+    "schema": {"type": "boolean", "default": False},
+}
+
+
+def _wait_ms(max_wait_ms: int) -> dict[str, Any]:
+    return {
+        "name": "wait_ms",
+        "in": "query",
+        "required": False,
+        "description": "How long to wait (ms); default HOTBOARD_API_WAIT_MS (3000), at most HOTBOARD_API_MAX_WAIT_MS",
+        "schema": {"type": "integer", "minimum": 0, "maximum": max_wait_ms},
+    }
+
+
 _ID = f"[^,\\u0000-\\u001f\\u007f-\\u009f]{{1,{PLAYER_MAX_CHARS}}}"
 #: Worst-case bytes per character in a query (a 4-byte UTF-8 character, percent-encoded) and room for the rest
 #: of the request line, so any ``ids`` value within ``maxLength`` fits the server's request-line limit.
@@ -90,12 +119,16 @@ def _ids(max_request_line_bytes: int) -> dict[str, Any]:
 _SCALARS: dict[Any, str] = {int: "integer", str: "string", bool: "boolean"}
 
 
-def _query(name: str, max_request_line_bytes: int) -> dict[str, Any]:
+def _query(name: str, max_request_line_bytes: int, path: str, max_wait_ms: int) -> dict[str, Any]:
     if name == "ids":
         return _ids(max_request_line_bytes)
     if name == "period":
         return _PERIOD
-    return _AFTER if name == "after" else _int_param(name)
+    if name == "after":
+        return _AFTER if path == BOARDS else _AFTER_TOKEN
+    if name == "wait_ms":
+        return _wait_ms(max_wait_ms)
+    return _WAIT if name == "wait" else _int_param(name)
 
 
 def schemas(answers: list[type]) -> dict[str, dict[str, Any]]:
@@ -155,10 +188,10 @@ def _json(answer: type, description: str, headers: dict[str, Any] | None = None)
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "string"}}}
 
 
-def _operation(endpoint: Endpoint, max_request_line_bytes: int) -> dict[str, Any]:
+def _operation(endpoint: Endpoint, max_request_line_bytes: int, max_wait_ms: int) -> dict[str, Any]:
     doc = endpoint.doc
     assert doc is not None
-    query = [_query(name, max_request_line_bytes) for name in endpoint.query]
+    query = [_query(name, max_request_line_bytes, endpoint.path, max_wait_ms) for name in endpoint.query]
     errors = {
         str(status): _json(ErrorBody, means, _RETRY_AFTER if status == 503 else None) for status, means in doc.errors
     }
@@ -166,16 +199,47 @@ def _operation(endpoint: Endpoint, max_request_line_bytes: int) -> dict[str, Any
     parameters = [*(_PATH_PARAMS[name] for name in endpoint.params), *query]
     if parameters:
         operation["parameters"] = parameters
-    operation["responses"] = {"200": _json(doc.answer, doc.answered), **errors}
-    return {"get": operation}
+    if doc.request is not None:
+        operation["requestBody"] = doc.request
+    if endpoint.write:
+        operation["security"] = [{"bearer": []}]
+        operation.setdefault("parameters", []).append(_IDEMPOTENCY)
+    also = {str(status): _json(answer, means) for status, answer, means in doc.also}
+    operation["responses"] = {"200": _json(doc.answer, doc.answered), **also, **errors}
+    return {endpoint.method.lower(): operation}
 
 
-def document(title: str, version: str, description: str, max_request_line_bytes: int) -> dict[str, Any]:
-    documented = [e for e in ENDPOINTS if e.doc is not None]
-    answers = [ErrorBody, *(e.doc.answer for e in documented if e.doc is not None)]
+_IDEMPOTENCY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "A retry with the same key answers as the first request did and produces nothing more (kept 24 h)",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+}
+
+
+def document(
+    title: str,
+    version: str,
+    description: str,
+    max_request_line_bytes: int,
+    writes: bool = False,
+    max_wait_ms: int = 30_000,
+) -> dict[str, Any]:
+    documented = [e for e in served(writes) if e.doc is not None]
+    answers: list[type] = [ErrorBody]
+    for e in documented:
+        assert e.doc is not None
+        answers += [e.doc.answer, *(answer for _, answer, _ in e.doc.also)]
+    paths: dict[str, dict[str, Any]] = {}
+    for e in documented:
+        paths.setdefault(e.path, {}).update(_operation(e, max_request_line_bytes, max_wait_ms))
+    components: dict[str, Any] = {"schemas": schemas(answers)}
+    if writes:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": version, "description": description},
-        "paths": {e.path: _operation(e, max_request_line_bytes) for e in documented},
-        "components": {"schemas": schemas(answers)},
+        "paths": paths,
+        "components": components,
     }

@@ -16,6 +16,7 @@ from hotboard.periods import period_board
 from hotboard.redis_client import Client
 from reader_api.answers import BoardList, PeriodList
 from reader_api.cache import PageCache
+from reader_api.consistency import AfterWaits
 from reader_api.errors import ApiError, corrupt, invalid, not_found
 from reader_api.metrics import ApiMetrics
 from reader_api.seasons import (
@@ -51,6 +52,8 @@ class Reader:
         self.snapshots = Snapshots(redis)
         self.definitions = Definitions(redis)
         self.kept_periods = KeptPeriods(redis)
+        #: Set by the app: how ``?after=`` waits (reader_api.consistency).
+        self.after: AfterWaits | None = None
 
     async def target(self, board: str, period: str | None) -> Target:
         """The board (or period board) a request with ``?period=`` reads; 404/422 per :func:`resolve`."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
@@ -16,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from reader_api import answers as a
-from reader_api import docs
+from reader_api import consistency, docs, write_bodies, writes
 from reader_api.errors import JSON
 from reader_api.params import after_param, check_board, check_player, ids_param, int_param, period_param
 from reader_api.reader import Reader
@@ -53,6 +54,10 @@ class Doc:
     answered: str = SNAPSHOT
     tag: str = "leaderboard"
     errors: tuple[tuple[int, str], ...] = READ_ERRORS
+    #: Other successful answers: (status, answer type, when).
+    also: tuple[tuple[int, type, str], ...] = ()
+    #: The OpenAPI requestBody object of a write.
+    request: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,9 @@ class Endpoint:
     query: tuple[str, ...] = ()
     #: Set for a read question that the fast path answers too (plain requests only; see reader_api.fastpath).
     fast: Ask | None = None
+    method: str = "GET"
+    #: Served only when the API writes (``--kafka``): needs a bearer token.
+    write: bool = False
 
     @property
     def params(self) -> list[str]:
@@ -80,8 +88,13 @@ def _json(body: bytes) -> Response:
     return Response(body, media_type=JSON)
 
 
-def question(path: str, ask: Ask, doc: Doc, query: tuple[str, ...] = (), fast: bool = True) -> Endpoint:
-    """A read endpoint: the full app's handler and (``fast``) the fast path ask the same function."""
+def question(
+    path: str, ask: Ask, doc: Doc, query: tuple[str, ...] = (), fast: bool = True, after: bool = True
+) -> Endpoint:
+    """A read endpoint: the full app's handler and (``fast``) the fast path ask the same function. A board read
+    (its path names the board; ``after``) also takes ``after`` and ``wait_ms``: read your writes."""
+    if after and "{board}" in path:
+        ask, query = consistent(ask), (*query, *consistency.QUERY)
 
     async def handler(request: Request) -> Response:
         return _json(await ask(_reader(request), request.path_params, request.query_params))
@@ -92,6 +105,17 @@ def question(path: str, ask: Ask, doc: Doc, query: tuple[str, ...] = (), fast: b
 async def _target(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> Target:
     """The board or period board asked about; parameters are checked before Redis is asked anything."""
     return await reader.target(check_board(path["board"]), period_param(query))
+
+
+def consistent(ask: Ask) -> Ask:
+    """``ask`` once the board (the period board asked about) covers the ``after`` token; at once without one."""
+
+    async def asked(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
+        if "after" in query:
+            await consistency.wait_after(reader, (await _target(reader, path, query)).name, query)
+        return await ask(reader, path, query)
+
+    return asked
 
 
 async def top(reader: Reader, path: Mapping[str, str], query: Mapping[str, str]) -> bytes:
@@ -152,6 +176,55 @@ BOARDS = "/v1/boards"
 BOARD = "/v1/boards/{board}"
 PERIODS = "/v1/boards/{board}/periods"
 
+WRITE_ERRORS = (
+    (400, "The body is not JSON, or not an array (an object for a score)"),
+    (401, "Missing or unknown bearer token (WWW-Authenticate: Bearer)"),
+    (403, "No write token is configured: writes are refused"),
+    (408, "The body did not arrive in time"),
+    (409, "A request with this Idempotency-Key is still running; retry after Retry-After seconds"),
+    (413, "Body or event count over the limits"),
+    (415, "Content type other than application/json (or application/x-ndjson for events)"),
+    (422, "Invalid parameter or event (the codec's reason), or an Idempotency-Key reused for another request"),
+    (429, "The token's rate limit; retry after Retry-After seconds"),
+    (503, "Kafka or Redis unreachable: `outcome` says whether the write may have been produced"),
+)
+EVENTS = "/v1/events"
+SCORES = "/v1/boards/{board}/players/{player}/scores"
+WRITE_ENDPOINTS = (
+    Endpoint(
+        EVENTS,
+        writes.post_events,
+        Doc(
+            "events",
+            "Write up to 1,000 score events (JSON array or NDJSON)",
+            a.WriteAnswer,
+            "The valid events are in the topic; the invalid ones are listed and nothing else of them happened",
+            "writes",
+            WRITE_ERRORS,
+            request=write_bodies.EVENTS_BODY,
+        ),
+        method="POST",
+        write=True,
+    ),
+    Endpoint(
+        SCORES,
+        writes.post_score,
+        Doc(
+            "score",
+            "Write one score event; with wait=true answer the player's rank after it",
+            a.ScoreAfterWrite,
+            "wait=true: the player from the first board snapshot that holds the write",
+            "writes",
+            WRITE_ERRORS,
+            also=((202, a.ScoreAccepted, "Accepted (in the topic); with wait=true, not applied within wait_ms"),),
+            request=write_bodies.SCORE_BODY,
+        ),
+        query=("wait", "wait_ms"),
+        method="POST",
+        write=True,
+    ),
+)
+
 ENDPOINTS = (
     question(TOP, top, Doc("top", "Top of the board, paged", a.TopPage), query=("limit", "offset", "period")),
     question(
@@ -198,6 +271,7 @@ ENDPOINTS = (
             errors=((404, "Unknown board"), (422, "The board never resets (parameter `board`)"), READ_ERRORS[2]),
         ),
         fast=False,
+        after=False,
     ),
     Endpoint("/healthz", healthz, Doc("healthz", "The process is alive", a.Health, "Alive", "operations", ())),
     Endpoint(
@@ -209,4 +283,16 @@ ENDPOINTS = (
     Endpoint("/docs", docs.page),
     Endpoint("/docs/{asset}", docs.asset),
 )
-ROUTES = [Route(e.path, e.handler, methods=["GET"]) for e in ENDPOINTS]
+ALL_ENDPOINTS = (*ENDPOINTS, *WRITE_ENDPOINTS)
+
+
+def served(writes: bool) -> tuple[Endpoint, ...]:
+    """The endpoints an app serves: the writes only when it writes."""
+    return ALL_ENDPOINTS if writes else ENDPOINTS
+
+
+def routes(writes: bool) -> list[Route]:
+    return [Route(e.path, e.handler, methods=[e.method]) for e in served(writes)]
+
+
+ROUTES = routes(False)

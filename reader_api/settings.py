@@ -8,9 +8,10 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hotboard.redis_connect import RedisSettings
+from reader_api.write_settings import WriteSettings
 
 
-class ApiSettings(RedisSettings):
+class ApiSettings(WriteSettings, RedisSettings):
     model_config = SettingsConfigDict(env_prefix="HOTBOARD_", frozen=True, extra="ignore")
 
     api_read_from: Literal["master", "replica"] = Field(

@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from cli.process import LOOPBACK, Child, free_port, url_answers
 from reader_api.openapi import REF, document
 
-_SCHEMAS = document("hotboard read API", "test", "", 8192)["components"]
+_SCHEMAS = document("hotboard API", "test", "", 8192, writes=True)["components"]
 
 
 def conforms(body: object, answer: type) -> None:

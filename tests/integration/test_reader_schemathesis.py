@@ -49,7 +49,7 @@ def api_base(redis_url: str, tmp_path: Path) -> Iterator[str]:
         client.hset(keys.meta_key("global"), mapping={keys.META_VERSION: 1, keys.META_AS_OF: 1})
     finally:
         client.close()
-    with api_process(redis_url, tmp_path) as base:
+    with api_process(redis_url, tmp_path, "--api-max-wait-ms", "50") as base:
         yield base
 
 
@@ -60,6 +60,14 @@ def _board_dependent(response: Any) -> bool:
         return False
     body = orjson.loads(response.content)
     return isinstance(body, dict) and body.get("parameter") == "period"
+
+
+def _not_yet_applied(response: Any) -> bool:
+    """The documented 503 of ``?after=``: a random token names offsets no board covers, so the wait runs out."""
+    if response.status_code != 503:
+        return False
+    body = orjson.loads(response.content)
+    return isinstance(body, dict) and body.get("error") == "not_yet_applied"
 
 
 def test_openapi_contract_has_no_server_errors(api_base: str) -> None:
@@ -83,7 +91,10 @@ def test_openapi_contract_has_no_server_errors(api_base: str) -> None:
         if time.monotonic() > deadline:
             return
         response = case.call(base_url=api_base, timeout=5)
-        case.validate_response(response, checks=CHECKS if not _board_dependent(response) else CHECKS[:-1])
+        checks = CHECKS if not _board_dependent(response) else CHECKS[:-1]
+        if _not_yet_applied(response):
+            checks = [check for check in checks if check is not not_a_server_error]
+        case.validate_response(response, checks=checks)
         statuses.append(response.status_code)
 
     fuzz()

@@ -18,7 +18,7 @@ from reader_api.metrics import UNMATCHED, ApiMetrics, route_template
 from reader_api.openapi import document
 from reader_api.params import ENCODED_SLASH, MAX_IDS, check_board, check_player, ids_param, int_param, parse_ids
 from reader_api.paths import rewrite
-from reader_api.routes import AROUND, ENDPOINTS, PLAYER, ROUTES, TOP
+from reader_api.routes import ALL_ENDPOINTS, AROUND, ENDPOINTS, PLAYER, ROUTES, TOP, routes
 from reader_api.snapshot import Header, parse_page, parse_score
 
 #: The header every read script's reply starts with: exists, total, meta version, meta as_of, order, ties.
@@ -263,12 +263,20 @@ def test_metric_labels_are_bounded() -> None:
 
 
 def test_one_route_table_feeds_routing_the_fast_path_and_the_document() -> None:
-    doc = document("t", "1", "d", 8192)
+    doc = document("t", "1", "d", 8192, writes=True)
     assert [route.path for route in ROUTES] == [e.path for e in ENDPOINTS]
-    assert QUERY_KEYS == {TOP: {"limit", "offset", "period"}, PLAYER: {"period"}, AROUND: {"radius", "period"}}
-    for e in ENDPOINTS:
+    served = [(r.path, (r.methods or set()) - {"HEAD"}) for r in routes(True)]
+    assert served == [(e.path, {e.method}) for e in ALL_ENDPOINTS]
+    waits = {"after", "wait_ms"}
+    assert QUERY_KEYS == {
+        TOP: {"limit", "offset", "period", *waits},
+        PLAYER: {"period", *waits},
+        AROUND: {"radius", "period", *waits},
+    }
+    for e in ALL_ENDPOINTS:
         if e.doc is not None:
-            names = [p["name"] for p in doc["paths"][e.path]["get"].get("parameters", [])]
+            parameters = doc["paths"][e.path][e.method.lower()].get("parameters", [])
+            names = [p["name"] for p in parameters if p["in"] != "header"]
             assert names == [*e.params, *e.query]
             schema = doc["components"]["schemas"][e.doc.answer.__name__]
             assert set(get_type_hints(e.doc.answer)) == set(schema["properties"])

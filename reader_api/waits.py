@@ -1,0 +1,171 @@
+"""Waiting until a board covers some offsets of the topic, without polling Redis per request.
+
+A board's watermarks (``hb:{B}:applied``, one field per partition of the topic) move in the same script as its
+scores, so "the watermark of partition p is at least o" means the board shows every event of p up to o that
+went to it. The topic's checkpoint (``hb:ckpt:{T}``) says every event up to its offset reached its board (or
+the dead-letter topic): it covers a write to another board, or to a board that sees no more events of p.
+
+One poller per board, started by the first waiter and ended with the last, reads the board's version and
+watermarks in one snapshot (:data:`hotboard.lua_reads.MARKS`) and the checkpoints, every ``poll_s``,
+however many requests wait on that board. Each waiter remembers the last version seen *not* covering it:
+when the first covering snapshot is the version right after it, that snapshot is exactly the state right
+after the covering window was applied (see :meth:`Watermarks.wait`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from redis.exceptions import RedisError
+
+from hotboard import keys, lua_reads
+from hotboard.redis_client import Client
+from hotboard.script import Script
+from reader_api.tokens import Marks
+
+log = logging.getLogger("hotboard.api")
+
+_MARKS = Script(lua_reads.MARKS)
+#: Backoff of a poller while Redis fails: up to this many poll intervals between tries.
+_MAX_BACKOFF_POLLS = 50
+
+
+class Covered(StrEnum):
+    #: The board's watermarks cover every mark.
+    BOARD = "board"
+    #: The checkpoints cover a mark the board's watermark does not: that event went to another board, or
+    #: (``board_only`` waits) to the dead-letter topic.
+    CHECKPOINT = "checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    how: Covered
+    #: The board version of the snapshot that first showed the coverage.
+    version: int | None
+    #: The last version seen not covering the marks; None when the first snapshot looked at covered them.
+    before: int | None
+
+
+@dataclass(eq=False)
+class _Waiter:
+    marks: Marks
+    board_only: bool
+    future: asyncio.Future[Coverage]
+    before: int | None = None
+
+
+@dataclass(eq=False)
+class _Board:
+    waiters: set[_Waiter] = field(default_factory=set)
+    task: asyncio.Task[None] | None = None
+
+
+def _int(raw: object) -> int | None:
+    if raw is None or raw is False:
+        return None
+    try:
+        return int(raw)  # type: ignore[call-overload, no-any-return]
+    except (TypeError, ValueError):
+        return None
+
+
+class Watermarks:
+    def __init__(self, redis: Client, topic: str, poll_s: float) -> None:
+        self._redis = redis
+        self.topic = topic
+        self.poll_s = poll_s
+        self._boards: dict[str, _Board] = {}
+        #: partition -> its log epoch, as last read (names the watermark field).
+        self._epochs: dict[int, int] = {}
+        self.polls = 0  # snapshots taken, for tests and metrics
+
+    async def wait(
+        self, board: str, marks: Mapping[int, int], timeout_s: float, board_only: bool = False
+    ) -> Coverage | None:
+        """Until ``board`` covers ``marks`` (``board_only``: by its own watermarks, or the checkpoints say the
+        events went elsewhere), or None after ``timeout_s``."""
+        if not marks:
+            return Coverage(Covered.BOARD, None, None)
+        waiter = _Waiter(dict(marks), board_only, asyncio.get_running_loop().create_future())
+        entry = self._boards.setdefault(board, _Board())
+        entry.waiters.add(waiter)
+        if entry.task is None or entry.task.done():
+            entry.task = asyncio.create_task(self._poll(board, entry))
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
+        except TimeoutError:
+            return None
+        finally:
+            entry.waiters.discard(waiter)
+
+    async def _poll(self, board: str, entry: _Board) -> None:
+        failures = 0
+        while entry.waiters:
+            try:
+                await self._tick(board, entry)
+                failures = 0
+            except (RedisError, OSError) as exc:
+                failures += 1
+                log.warning("watermarks of board %s unreadable: %r", board, exc)
+            await asyncio.sleep(self.poll_s * min(_MAX_BACKOFF_POLLS, 2**failures))
+        if self._boards.get(board) is entry:
+            del self._boards[board]
+
+    async def _tick(self, board: str, entry: _Board) -> None:
+        waiters = [w for w in entry.waiters if not w.future.done()]
+        partitions = sorted({p for w in waiters for p in w.marks})
+        if not partitions:
+            return
+        epochs = dict(self._epochs)
+        # the checkpoints first: one covering an event means its board's watermark was written before it
+        raw = await self._redis.hmget(
+            keys.checkpoint_key(self.topic), [f for p in partitions for f in (str(p), keys.epoch_field(p))]
+        )
+        checkpoints = {p: _int(raw[2 * i]) for i, p in enumerate(partitions)}
+        for i, p in enumerate(partitions):
+            self._epochs[p] = _int(raw[2 * i + 1]) or 0
+        fields = [keys.watermark_field(self.topic, p, epochs.get(p, 0)) for p in partitions]
+        reply = await _MARKS(self._redis, [keys.meta_key(board), keys.applied_key(board)], fields)
+        self.polls += 1
+        if any(self._epochs[p] != epochs.get(p, 0) for p in partitions):
+            return  # a partition moved to a new log: read its new fields next time
+        version = _int(reply[0])
+        applied = {p: _int(reply[1 + i]) for i, p in enumerate(partitions)}
+        for w in waiters:
+            how = self._covered(w, applied, checkpoints)
+            if how is None:
+                w.before = version
+            else:
+                w.future.set_result(Coverage(how, version, w.before))
+
+    @staticmethod
+    def _covered(w: _Waiter, applied: dict[int, int | None], checkpoints: dict[int, int | None]) -> Covered | None:
+        how = Covered.BOARD
+        for p, offset in w.marks.items():
+            mark, checkpoint = applied.get(p), checkpoints.get(p)
+            if mark is not None and mark >= offset:
+                continue
+            if checkpoint is not None and checkpoint >= offset:
+                how = Covered.CHECKPOINT
+                continue
+            return None
+        return how
+
+    def epoch(self, partition: int) -> int:
+        """The partition's log epoch as last read (names its watermark field)."""
+        return self._epochs.get(partition, 0)
+
+    async def close(self) -> None:
+        tasks = [b.task for b in self._boards.values() if b.task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._boards.clear()

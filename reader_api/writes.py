@@ -1,0 +1,247 @@
+"""The write endpoints: events over HTTP into the topic the workers consume, and update-then-rank.
+
+``POST /v1/events`` takes up to :data:`~reader_api.write_bodies.MAX_EVENTS` events (a JSON array or NDJSON),
+produces the valid ones and answers which were rejected and a consistency token. ``POST
+/v1/boards/{board}/players/{player}/scores`` writes one event; with ``?wait=true`` it answers the player's
+score and rank from the first board snapshot that holds the write (:mod:`reader_api.waits`).
+
+Each request, in order: 1. the bearer token (401/403 before the body is read); 2. the body, bounded in size
+and time; 3. the Idempotency-Key's claim (a retry answers here); 4. validation by the codec; 5. the writer's
+rate limit; 6. produce, acknowledged by Kafka (503 within the produce timeout otherwise); 7. the answer, kept
+under the Idempotency-Key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hotboard import kafka_security, keys, lua_reads
+from hotboard.codec import Decoder
+from hotboard.redis_client import Client
+from hotboard.script import Script
+from reader_api import tokens, write_bodies
+from reader_api.answers import ScoreAccepted, ScoreAfterWrite, WriteAnswer
+from reader_api.auth import RateLimiter, WriteAuth, Writer, load_tokens
+from reader_api.consistency import wait_ms_param
+from reader_api.errors import JSON, ApiError, invalid
+from reader_api.idempotency import Answer, Claim, Idempotency, fingerprint
+from reader_api.params import check_board, check_player
+from reader_api.producer import EventProducer, KafkaUnavailable, OutcomeUnknown
+from reader_api.reader import Reader
+from reader_api.seasons import resolve
+from reader_api.settings import ApiSettings
+from reader_api.snapshot import Snapshots, parse_header, player
+from reader_api.waits import Covered, Watermarks
+from reader_api.write_metrics import WriteMetrics
+
+_PLAYER_MARK = Script(lua_reads.PLAYER_MARK)
+_TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
+
+
+def wait_param(query: Mapping[str, str]) -> bool:
+    raw = query.get("wait", "false").lower()
+    if raw not in _TRUE | _FALSE:
+        raise invalid("wait", "must be true or false")
+    return raw in _TRUE
+
+
+def _json(body: bytes, status: int = 200) -> Response:
+    return Response(body, status_code=status, media_type=JSON)
+
+
+class Writes:
+    """What the write endpoints share for the app's lifetime."""
+
+    def __init__(
+        self,
+        settings: ApiSettings,
+        redis: Client,
+        reader: Reader,
+        watermarks: Watermarks,
+        metrics: WriteMetrics,
+        producer: EventProducer | None = None,
+    ) -> None:
+        self.settings = settings
+        self.reader = reader
+        self.watermarks = watermarks
+        self.metrics = metrics
+        self.producer = producer or EventProducer(
+            settings.kafka, settings.topic, settings.api_produce_timeout_s, kafka_security.client_kwargs(settings)
+        )
+        self.auth = WriteAuth(load_tokens(settings.api_write_tokens, settings.api_write_tokens_file))
+        self.limiter = RateLimiter(settings.api_write_rate, settings.api_write_burst)
+        self.idempotency = Idempotency(redis, settings.api_idempotency_ttl_s, settings.api_idempotency_max_keys)
+        self.decoder = Decoder()
+        self._redis = redis
+        self._snapshots_keys = Snapshots._keys
+        self._start: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._start = asyncio.create_task(self.producer.start())
+
+    async def close(self) -> None:
+        if self._start is not None and not self._start.done():
+            self._start.cancel()
+        await self.producer.close()
+
+    # -- the steps every write takes -----------------------------------------------------------------------
+
+    async def body(self, request: Request) -> bytes:
+        limit = self.settings.api_max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise ApiError(413, "body_too_large", f"the body is {declared} bytes, at most {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.settings.api_head_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise ApiError(408, "request_timeout", "the request body did not arrive in time") from None
+        return b"".join(chunks)
+
+    async def produce(self, records: list[tuple[bytes, bytes]]) -> tokens.Marks | Answer:
+        """The marks of the acknowledged records, or the 503 to answer."""
+        started = time.perf_counter()
+        try:
+            acks = await self.producer.send(records)
+        except KafkaUnavailable as exc:
+            self.metrics.produce_failures.labels("not_sent").inc()
+            return Answer(503, orjson.dumps({"error": "kafka_unavailable", "message": str(exc), "outcome": "not_sent"}))
+        except OutcomeUnknown as exc:
+            self.metrics.produce_failures.labels("unknown").inc()
+            message = f"{exc}: the events may or may not be in the topic"
+            body = {"error": "outcome_unknown", "message": message, "outcome": "unknown"}
+            return Answer(503, orjson.dumps(body))
+        finally:
+            self.metrics.produce_seconds.observe(time.perf_counter() - started)
+        self.metrics.accepted.inc(len(acks))
+        return tokens.merge(acks)
+
+    async def run(self, request: Request, route: str, answer: Callable[[Writer, bytes], Awaitable[Answer]]) -> Response:
+        writer = self.auth.check(request.headers.get("authorization"))
+        body = await self.body(request)
+        key = request.headers.get("idempotency-key")
+        claim: Claim | None = None
+        if key is not None:
+            request_print = fingerprint(f"{route}?{request.query_params}", body)
+            found = await self.idempotency.begin(writer.scope, key, request_print)
+            if isinstance(found, Answer):
+                return self._response(found)
+            claim = found
+        try:
+            result = await answer(writer, body)
+        except BaseException:
+            if claim is not None:  # nothing was produced: a 4xx before producing, or a failure in it
+                await self.idempotency.release(claim)
+            raise
+        if claim is not None:
+            if result.status == 503 and b'"not_sent"' in result.body:
+                await self.idempotency.release(claim)
+            else:
+                await self.idempotency.finish(claim, result)
+        return self._response(result)
+
+    def _response(self, answer: Answer) -> Response:
+        headers = {"Retry-After": str(self.settings.api_retry_after_s)} if answer.status == 503 else None
+        return Response(answer.body, status_code=answer.status, media_type=JSON, headers=headers)
+
+    # -- POST /v1/events -----------------------------------------------------------------------------------
+
+    async def events(self, request: Request, writer: Writer, body: bytes) -> Answer:
+        parsed = write_bodies.parse_events(body, request.headers.get("content-type"), self.decoder)
+        for rejection in parsed.rejected:
+            self.metrics.rejected.labels(rejection["reason"]).inc()
+        self.limiter.take(writer.scope, len(parsed.records))
+        marks: tokens.Marks = {}
+        if parsed.records:
+            produced = await self.produce([(key, value) for _, key, value in parsed.records])
+            if isinstance(produced, Answer):
+                return produced
+            marks = produced
+        answer: WriteAnswer = {
+            "accepted": len(parsed.records),
+            "rejected": parsed.rejected,
+            "token": tokens.encode(marks),
+        }
+        return Answer(200, orjson.dumps(answer))
+
+    # -- POST /v1/boards/{board}/players/{player}/scores ---------------------------------------------------
+
+    async def score(self, request: Request, writer: Writer, body: bytes) -> Answer:
+        board, name = check_board(request.path_params["board"]), check_player(request.path_params["player"])
+        query = request.query_params
+        wait = wait_param(query)
+        wait_ms = wait_ms_param(query, self.settings.api_wait_ms, self.settings.api_max_wait_ms)
+        now_ms = self.reader.clock()
+        value = write_bodies.score_event(board, name, body, request.headers.get("content-type"), now_ms)
+        self.limiter.take(writer.scope, 1)
+        produced = await self.produce([(name.encode(), value)])
+        if isinstance(produced, Answer):
+            return produced
+        token = tokens.encode(produced)
+        accepted: ScoreAccepted = {"token": token}
+        if not wait:
+            return Answer(202, orjson.dumps(accepted))
+        ranked = await self.ranked(board, name, produced, now_ms, wait_ms / 1000)
+        if isinstance(ranked, str):
+            accepted["wait"] = ranked
+            return Answer(202, orjson.dumps(accepted))
+        ranked["token"] = token
+        return Answer(200, orjson.dumps(ranked))
+
+    async def ranked(
+        self, board: str, name: str, marks: tokens.Marks, ts_ms: int, timeout_s: float
+    ) -> ScoreAfterWrite | str:
+        """The player from the first snapshot of the board (the event's period board) covering the write, or why
+        there is none: ``timeout``, ``dead_lettered``."""
+        definition = await self.reader.definitions.get(board)
+        target = resolve(board, definition, None, ts_ms)  # the period of the event's ts, as the worker routes it
+        ((partition, offset),) = marks.items()
+        coverage = await self.watermarks.wait(target.name, marks, timeout_s, board_only=True)
+        if coverage is None or coverage.how is Covered.CHECKPOINT:
+            outcome = "timeout" if coverage is None else "dead_lettered"
+            self.metrics.waits.labels("score", outcome).inc()
+            return outcome
+        field = keys.watermark_field(self.settings.topic, partition, self.watermarks.epoch(partition))
+        reply: list[Any] = await _PLAYER_MARK(
+            self._redis, [*self._snapshots_keys(target.name), keys.applied_key(target.name)], [name, field]
+        )
+        if int(reply[0]) < offset:  # the board's watermark went back (Redis lost writes): no snapshot holds it
+            self.metrics.waits.labels("score", "timeout").inc()
+            return "timeout"
+        header = parse_header(reply[1:], target.name)
+        exact = coverage.before is not None and header.version == coverage.before + 1
+        self.metrics.waits.labels("score", "exact" if exact else "covered").inc()
+        rank = player(target.name, name, reply[1:])
+        answer: ScoreAfterWrite = {**rank, "version": header.version, "exact": exact, "token": ""}
+        if target.period is not None:
+            answer["board"], answer["period"] = board, target.period.id
+        return answer
+
+
+def _writes(request: Request) -> Writes:
+    writes: Writes = request.app.state.writes
+    return writes
+
+
+async def post_events(request: Request) -> Response:
+    writes = _writes(request)
+    return await writes.run(request, "events", lambda writer, body: writes.events(request, writer, body))
+
+
+async def post_score(request: Request) -> Response:
+    writes = _writes(request)
+    route = f"scores {request.path_params['board']} {request.path_params['player']}"
+    return await writes.run(request, route, lambda writer, body: writes.score(request, writer, body))

@@ -1,0 +1,283 @@
+"""Writes over HTTP against the real broker, a real redis-server and an in-process worker: events in through
+``POST``, folded by the worker, read back through ``?wait=true`` and ``?after=``; invalid items, auth, rate
+limits, idempotent retries (records counted on the topic) and a broker that stops answering."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from cli.devstack import KafkaBroker, create_topic
+from cli.process import free_port
+from ingest.worker import Worker
+from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAnswer
+from reader_api.app import create_app
+from reader_api.settings import ApiSettings
+from tests.integration.harness import read_topic, worker_settings
+from tests.integration.reader_harness import api_server, asgi_client, conforms, metrics_text, reference_ranking
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def topic(topic_factory: Callable[..., str]) -> str:
+    return topic_factory(partitions=4)
+
+
+@contextlib.asynccontextmanager
+async def running_worker(kafka: str, redis_url: str, topic: str) -> AsyncIterator[Worker]:
+    settings = worker_settings(kafka, redis_url, topic, f"writes-{os.getpid()}-{topic}")
+    async with Worker(settings, handle_signals=False) as worker:
+        task = asyncio.create_task(worker.run())
+        try:
+            yield worker
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+
+
+def api(redis_url: str, kafka: str, topic: str, **kw: Any) -> ApiSettings:
+    base: dict[str, Any] = {"redis": redis_url, "kafka": kafka, "topic": topic, "api_write_tokens": TOKEN}
+    return ApiSettings(**{**base, **kw})
+
+
+async def count_records(kafka: str, topic: str, at_least: int) -> int:
+    """Records on the topic: read until ``at_least`` arrived, then one record more is waited for (briefly), so a
+    duplicate would be counted."""
+    return len(await read_topic(kafka, topic, at_least + 1, timeout_s=4.0))
+
+
+async def test_events_are_validated_by_the_codec_produced_and_folded(kafka: str, topic: str, redis_url: str) -> None:
+    events: list[Any] = [
+        {"board": "w", "player": "alice", "delta": 10},
+        {"board": "w", "player": "bob", "delta": "7"},  # bad_type
+        {"board": "w", "player": "carol", "delta": 3, "meta": {"name": "C"}},
+        {"board": "w", "delta": 1},  # missing_field
+        {"board": "w", "player": "alice", "delta": 5},
+        "not an object",  # not_object
+        {"board": "w", "player": "dave", "op": "mul", "delta": 2},  # unsupported_op
+    ]
+    async with running_worker(kafka, redis_url, topic), asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        r = await c.post("/v1/events", json=events, headers=AUTH)
+        assert r.status_code == 200, r.text
+        body: WriteAnswer = r.json()
+        conforms(body, WriteAnswer)
+        assert body["accepted"] == 3
+        assert [(x["index"], x["reason"]) for x in body["rejected"]] == [
+            (1, "bad_type"),
+            (3, "missing_field"),
+            (5, "not_object"),
+            (6, "unsupported_op"),
+        ]
+        # read your writes: the first answer already holds every accepted event, nothing of the rejected ones
+        top = await c.get("/v1/boards/w/top", params={"after": body["token"], "wait_ms": 20_000})
+        assert top.status_code == 200, top.text
+        page: TopPage = top.json()
+        assert [(e["rank"], e["player"], e["score"]) for e in page["entries"]] == reference_ranking(
+            {"alice": 15, "carol": 3}
+        )
+        assert page["entries"][1]["meta"] == {"name": "C"}
+        assert await count_records(kafka, topic, 3) == 3
+        ndjson = b'{"board": "w", "player": "erin", "delta": 4}\n\n{"board": "w", "player": "x", "delta": 1.5}\n'
+        r = await c.post("/v1/events", content=ndjson, headers={**AUTH, "Content-Type": "application/x-ndjson"})
+        assert r.json()["accepted"] == 1 and r.json()["rejected"][0]["index"] == 1
+        metrics = metrics_text(c)
+        assert 'hotboard_api_events_rejected_total{reason="bad_type"} 2.0' in metrics
+        assert "hotboard_api_events_accepted_total 4.0" in metrics
+
+
+async def test_bodies_that_are_not_event_lists_are_4xx_with_a_message(kafka: str, topic: str, redis_url: str) -> None:
+    settings = api(redis_url, kafka, topic, api_max_body_bytes=4096)
+    async with asgi_client(create_app(settings)) as c:
+        for content, kind, status, code in [
+            (b'{"player": "a", "delta": 1}', "application/json", 400, "not_an_array"),
+            (b"[1, 2", "application/json", 400, "invalid_json"),
+            (b"[]", "text/plain", 415, "unsupported_media_type"),
+            (orjson.dumps([{"player": "a", "delta": 1}] * 1001), "application/json", 413, "body_too_large"),
+            (b"[" + b",".join([b"{}"] * 1001) + b"]", "application/json", 413, "too_many_events"),
+        ]:
+            r = await c.post("/v1/events", content=content, headers={**AUTH, "Content-Type": kind})
+            assert (r.status_code, r.json()["error"]) == (status, code), content[:40]
+            assert r.json()["message"]
+        assert await count_records(kafka, topic, 0) == 0
+
+
+async def test_update_then_rank_answers_the_first_snapshot_holding_the_write(
+    kafka: str, topic: str, redis_url: str
+) -> None:
+    async with running_worker(kafka, redis_url, topic), asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        scores = {"p1": 50, "p2": 30, "p3": 10}
+        events = [{"board": "r", "player": p, "delta": s} for p, s in scores.items()]
+        r = await c.post("/v1/events", json=events, headers=AUTH)
+        ready = await c.get("/v1/boards/r/top", params={"after": r.json()["token"], "wait_ms": 20_000})
+        assert ready.status_code == 200
+        url = "/v1/boards/r/players/p3/scores"
+        r = await c.post(url, params={"wait": "true"}, json={"delta": 25}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        ranked: ScoreAfterWrite = r.json()
+        conforms(ranked, ScoreAfterWrite)
+        assert (ranked["score"], ranked["rank"], ranked["total"]) == (35, 2, 3)
+        assert ranked["exact"] is True and isinstance(ranked["as_of"], int) and ranked["token"]
+        r = await c.post(url, params={"wait": "true"}, json={"delta": 20, "meta": {"n": 3}}, headers=AUTH)
+        assert (r.json()["score"], r.json()["rank"], r.json()["meta"]) == (55, 1, {"n": 3})
+        # no wait: 202 with the token at once
+        r = await c.post(url, json={"delta": 1}, headers=AUTH)
+        assert r.status_code == 202
+        conforms(r.json(), ScoreAccepted)
+        player = await c.get("/v1/boards/r/players/p3", params={"after": r.json()["token"]})
+        assert player.json()["score"] == 56
+        bad = await c.post(url, json={"delta": 1.5}, headers=AUTH)
+        assert (bad.status_code, bad.json()["error"]) == (422, "bad_type")
+        assert 'hotboard_api_waits_total{kind="score",outcome="exact"} 2.0' in metrics_text(c)
+
+
+async def test_a_wait_that_the_worker_does_not_answer_is_bounded(kafka: str, topic: str, redis_url: str) -> None:
+    """No worker: ``?wait=true`` answers 202 with the token after ``wait_ms``; ``?after=`` a 503 with Retry-After."""
+    async with asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        started = time.monotonic()
+        r = await c.post("/v1/boards/q/players/a/scores?wait=true&wait_ms=300", json={"delta": 1}, headers=AUTH)
+        assert r.status_code == 202 and r.json()["wait"] == "timeout"
+        read = await c.get("/v1/boards/q/top", params={"after": r.json()["token"], "wait_ms": 300})
+        assert read.status_code == 503 and read.headers["Retry-After"] and read.json()["error"] == "not_yet_applied"
+        assert time.monotonic() - started < 5
+        bad = await c.get("/v1/boards/q/top", params={"after": "%%%"})
+        assert bad.status_code == 422 and bad.json()["parameter"] == "after"
+
+
+async def test_writes_need_a_configured_bearer_token_reads_stay_open(kafka: str, topic: str, redis_url: str) -> None:
+    async with asgi_client(create_app(api(redis_url, kafka, topic, api_write_tokens=""))) as c:
+        r = await c.post("/v1/events", json=[{"player": "a", "delta": 1}], headers=AUTH)
+        assert (r.status_code, r.json()["error"]) == (403, "writes_disabled")
+        assert (await c.get("/v1/boards/global/top")).status_code == 404  # open: unknown board, not 401
+    async with asgi_client(create_app(api(redis_url, kafka, topic, api_write_tokens="other," + TOKEN))) as c:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
+            r = await c.post("/v1/events", json=[{"player": "a", "delta": 1}], headers=headers)
+            assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Bearer"), headers
+        assert (await c.post("/v1/events", json=[], headers={"Authorization": "Bearer other"})).status_code == 200
+    assert await count_records(kafka, topic, 0) == 0
+
+
+async def test_each_token_has_its_rate_limit(kafka: str, topic: str, redis_url: str) -> None:
+    settings = api(redis_url, kafka, topic, api_write_rate=0.01, api_write_burst=5, api_write_tokens=f"{TOKEN},b")
+    async with asgi_client(create_app(settings)) as c:
+        events = [{"player": f"p{i}", "delta": 1} for i in range(3)]
+        assert (await c.post("/v1/events", json=events, headers=AUTH)).status_code == 200
+        r = await c.post("/v1/events", json=events, headers=AUTH)
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+        other = await c.post("/v1/events", json=events, headers={"Authorization": "Bearer b"})
+        assert other.status_code == 200
+    assert await count_records(kafka, topic, 6) == 6
+
+
+async def test_an_idempotent_retry_answers_as_the_first_and_produces_nothing_more(
+    kafka: str, topic: str, redis_url: str
+) -> None:
+    events = [{"player": f"p{i}", "delta": i} for i in range(5)] + [{"delta": 1}]
+    headers = {**AUTH, "Idempotency-Key": "order-1"}
+    async with asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        first = await c.post("/v1/events", json=events, headers=headers)
+        assert first.status_code == 200 and first.json()["accepted"] == 5
+    # another process (a new app: no memory of it) answers the retry from Redis
+    async with asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        for _ in range(3):
+            again = await c.post("/v1/events", json=events, headers=headers)
+            assert (again.status_code, again.content) == (first.status_code, first.content)
+        reused = await c.post("/v1/events", json=events[:1], headers=headers)
+        assert (reused.status_code, reused.json()["error"]) == (422, "idempotency_key_reused")
+        fresh = await c.post("/v1/events", json=events[:1], headers={**AUTH, "Idempotency-Key": "order-2"})
+        assert fresh.json()["accepted"] == 1
+        # ten at once with one new key: one produces, each other answers its answer or 409 while it runs
+        racing = {**AUTH, "Idempotency-Key": "order-3"}
+        answers = await asyncio.gather(*(c.post("/v1/events", json=events[:2], headers=racing) for _ in range(10)))
+        assert {r.status_code for r in answers} <= {200, 409} and 200 in {r.status_code for r in answers}
+        assert all(r.headers["Retry-After"] for r in answers if r.status_code == 409)
+    assert await count_records(kafka, topic, 8) == 8
+
+
+async def test_a_broker_that_stops_answering_is_a_bounded_503(tmp_path: Path, redis_url: str) -> None:
+    broker = KafkaBroker(free_port(), tmp_path)
+    broker.start()
+    try:
+        await create_topic(broker.bootstrap, "stalled", 2)
+        settings = api(redis_url, broker.bootstrap, "stalled", api_produce_timeout_s=2.0)
+        async with asgi_client(create_app(settings)) as c:
+            assert (await c.post("/v1/events", json=[{"player": "a", "delta": 1}], headers=AUTH)).status_code == 200
+            assert broker.proc is not None
+            broker.proc.send_signal(signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                headers = {**AUTH, "Idempotency-Key": "k"}
+                r = await c.post("/v1/events", json=[{"player": "b", "delta": 1}], headers=headers)
+                took = time.monotonic() - started
+                assert r.status_code == 503 and r.json()["outcome"] in {"unknown", "not_sent"}, r.text
+                assert took < 4.0 and r.headers["Retry-After"]
+            finally:
+                broker.proc.send_signal(signal.SIGCONT)
+    finally:
+        broker.stop()
+
+
+async def test_a_broker_that_never_answers_at_start_is_a_bounded_503_nothing_sent(redis_url: str, topic: str) -> None:
+    silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    try:
+        settings = api(redis_url, f"127.0.0.1:{port}", topic, api_produce_timeout_s=1.5)
+        async with asgi_client(create_app(settings)) as c:
+            started = time.monotonic()
+            r = await c.post("/v1/events", json=[{"player": "a", "delta": 1}], headers=AUTH)
+            assert (r.status_code, r.json()["outcome"]) == (503, "not_sent")
+            assert time.monotonic() - started < 3.5
+            assert (await c.get("/readyz")).status_code == 200  # reads go on
+    finally:
+        silent.close()
+
+
+async def test_without_kafka_the_write_endpoints_are_not_served(redis_url: str) -> None:
+    async with asgi_client(create_app(ApiSettings(redis=redis_url))) as c:
+        assert (await c.post("/v1/events", json=[], headers=AUTH)).status_code in {404, 405}
+        assert "/v1/events" not in (await c.get("/openapi.json")).json()["paths"]
+
+
+def test_hotboard_api_with_kafka_serves_the_writes_over_its_bounded_server(
+    kafka: str, topic: str, redis_url: str, tmp_path: Path
+) -> None:
+    """The real process: ``--kafka`` turns the writes on, bodies go through the bounded httptools protocol."""
+    env = {"HOTBOARD_API_WRITE_TOKENS": TOKEN, "HOTBOARD_API_MAX_BODY_BYTES": "50000"}
+    with api_server(redis_url, tmp_path, "--kafka", kafka, "--topic", topic, env=env) as server:
+        lines = b"".join(orjson.dumps({"player": f"p{i}", "delta": 1}) + b"\n" for i in range(1000))
+        ndjson = {**AUTH, "Content-Type": "application/x-ndjson"}
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            r = c.post("/v1/events", content=lines, headers=ndjson)
+            assert r.status_code == 200 and r.json()["accepted"] == 1000, r.text
+            assert r.headers["x-content-type-options"] == "nosniff"
+            big = c.post("/v1/events", content=lines * 3, headers=ndjson)
+            assert (big.status_code, big.json()["error"]) == (413, "body_too_large")
+            assert c.get("/openapi.json").json()["info"]["title"] == "hotboard API"
+            assert c.get("/v1/boards/global/top").status_code == 404  # reads as before
+    assert asyncio.run(count_records(kafka, topic, 1000)) == 1000
+
+
+async def test_many_waiters_on_one_board_share_one_poller(kafka: str, topic: str, redis_url: str) -> None:
+    """50 reads wait on one board for 400 ms: Redis is polled once per poll interval, not once per request."""
+    settings = api(redis_url, kafka, topic, api_wait_poll_ms=20)
+    async with asgi_client(create_app(settings)) as c:
+        reads = [c.get("/v1/boards/shared/top", params={"after": "0.99", "wait_ms": 400}) for _ in range(50)]
+        answers = await asyncio.gather(*reads)
+        assert {r.status_code for r in answers} == {503}
+        transport = c._transport
+        assert isinstance(transport, httpx.ASGITransport)
+        polls = transport.app.state.reader.after.watermarks.polls  # type: ignore[attr-defined]
+        assert 5 <= polls <= 40, polls  # 400 ms / 20 ms, with slack for a slow machine; 50 per tick if per request
