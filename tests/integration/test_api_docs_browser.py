@@ -47,7 +47,8 @@ def test_docs_page_renders_every_operation_in_a_browser(redis_url: str, tmp_path
                 top.locator(".opblock-summary").click()
                 top.locator(".parameters .parameter__name").first.wait_for(timeout=RENDER_TIMEOUT_MS)
                 names = top.locator(".parameter__name").evaluate_all("els => els.map(e => e.firstChild.textContent)")
-                assert {name.strip() for name in names} == {"board", "limit", "offset", "period", "after", "wait_ms"}, names
+                expected = {"board", "limit", "offset", "period", "after", "wait_ms"}
+                assert {name.strip() for name in names} == expected, names
                 assert "Could not render" not in top.inner_text()
                 paths = page.locator(".opblock-summary-path")
                 rendered = set(paths.evaluate_all("els => els.map(e => e.dataset.path)"))
