@@ -1,5 +1,6 @@
-"""What hotboard reads of a Kafka record: the part of aiokafka's ``ConsumerRecord`` the worker depends on, so
-the fold, the codec and the dead-letter queue are typed without importing the (untyped) client."""
+"""What hotboard reads of a Kafka record, so the fold, the codec and the dead-letter queue are typed without
+importing the (untyped) client. The Kafka client's parsed records have it (what the worker's consumer hands over,
+see ``ingest/raw_records.py``), and so does its ``ConsumerRecord``."""
 
 from __future__ import annotations
 
@@ -8,13 +9,8 @@ from typing import Protocol
 
 
 class Record(Protocol):
-    """One consumed record. Read-only: the worker never changes a record it was given."""
-
-    @property
-    def topic(self) -> str: ...
-
-    @property
-    def partition(self) -> int: ...
+    """One consumed record. Read-only: the worker never changes a record it was given. No topic or partition: the
+    parsed record has neither; the worker reads one topic, and each record's partition is its batch's."""
 
     @property
     def offset(self) -> int: ...

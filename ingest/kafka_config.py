@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from hotboard.timing import Backoff
+from ingest.raw_records import keep_bytes
 from ingest.settings import WorkerSettings
 
 log = logging.getLogger("hotboard.worker")
@@ -44,7 +45,8 @@ START_LAST_TRY_S = 0.5
 
 def consumer_config(s: WorkerSettings) -> dict[str, Any]:
     """Manual commits (lag only), committed reads only, and never a silent offset reset: a position outside
-    the log halts the partition instead (see ``ingest.partitions.HaltReason``)."""
+    the log halts the partition instead (see ``ingest.partitions.HaltReason``). Values stay bytes, and the
+    consumer hands over the client's parsed records once :func:`ingest.raw_records.install` ran."""
     return {
         "bootstrap_servers": s.kafka,
         "group_id": s.group,
@@ -57,6 +59,7 @@ def consumer_config(s: WorkerSettings) -> dict[str, Any]:
         "request_timeout_ms": max(MIN_REQUEST_TIMEOUT_MS, s.session_timeout_ms + REQUEST_MARGIN_MS),
         "max_partition_fetch_bytes": s.max_partition_fetch_bytes,
         "fetch_max_bytes": s.fetch_max_bytes,
+        "value_deserializer": keep_bytes,
     }
 
 

@@ -40,7 +40,7 @@ from flusher.batch import BoardResult, Outcome
 from flusher.redis_sink import RedisSink
 from flusher.server import require_noeviction
 from hotboard.timing import Backoff, ticker, wait_or_stop
-from ingest import dlq
+from ingest import dlq, raw_records
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
 from ingest.intake import Intake
@@ -110,6 +110,7 @@ class Worker:
             redis.connection_pool.connection_kwargs["redis_connect_func"] = self._identity.on_connect
         self._redis = redis
         self._sink = RedisSink(redis, s.topic, s.max_script_players)
+        raw_records.install()  # the consumer hands over the client's parsed records (see ingest/raw_records.py)
         self._consumer = AIOKafkaConsumer(**consumer_config(s))
         self._producer = AIOKafkaProducer(**producer_config(s))
         self._assignment = Assignment(s, self._consumer, self._sink, self.metrics)
@@ -462,9 +463,10 @@ class Worker:
 
     async def _send_dead_letters(self, window: Window) -> None:
         letters = window.take_dead_letters()
-        for _, error in letters:
+        for _, (_, error) in letters:
             self.metrics.dlq.labels(error.reason.value).inc()
-        self._dead.add([dlq.letter(record, error, self._dead.max_bytes) for record, error in letters])
+        topic, max_bytes = self.settings.topic, self._dead.max_bytes
+        self._dead.add([dlq.letter(topic, p, record, error, max_bytes) for p, (record, error) in letters])
         failures = self._dead.failures
         await self._dead.send_pending()
         self.metrics.dlq_failures.inc(self._dead.failures - failures)
