@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaProducer
 
 from cli.devstack import create_topic
 from hotboard.codec import Event, encode
+from ingest.worker import Worker
 from tests.integration.aborting_broker import ABORT, COMMIT, AbortingBroker, Transaction, marker
 from tests.integration.harness import checkpoint, read_boards, run_worker, sample, totals_of, worker_settings
 
@@ -88,7 +89,21 @@ async def test_aborted_transactions_never_count_and_markers_never_stall(tmp_path
         finally:
             await send.close()
         settings = worker_settings(broker.bootstrap, redis_url, TOPIC, "g-transactions")
-        worker = await run_worker(settings, lambda w: checkpoint(redis_url, TOPIC) == end, f"checkpoint {end}")
+        kinds: set[str] = set()
+
+        async def note_kinds(worker: Worker) -> None:
+            getmany = worker._consumer.getmany
+
+            async def noted(*partitions: Any, **kw: Any) -> Any:
+                batch = await getmany(*partitions, **kw)
+                kinds.update(type(r).__name__ for records in batch.values() for r in records)
+                return batch
+
+            worker._consumer.getmany = noted
+
+        until = lambda w: checkpoint(redis_url, TOPIC) == end  # noqa: E731
+        worker = await run_worker(settings, until, f"checkpoint {end}", note_kinds)
+        assert kinds == {"DefaultRecord"}, f"the worker's consumer handed over {kinds}, not the parsed records"
         assert read_boards(redis_url, ["global"]) == totals_of(counted)
         assert sample(worker, "hotboard_events_total", result="invalid") == 0, "a marker or aborted event dead-lettered"
         assert sample(worker, "hotboard_events_total", result="applied") == len(counted)
