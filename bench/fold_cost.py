@@ -213,8 +213,9 @@ def pending_memory(pairs: int, boards: int = 10) -> tuple[int, int]:
     return it._pending.entries, rss_bytes() - before
 
 
-def count_instructions(case: str, count: int) -> tuple[float, int]:
-    """(instructions per event, events folded) of ``case`` under callgrind."""
+def callgrind(module: str, *args: str) -> tuple[int, str]:
+    """(instructions counted, stdout) of ``python -m module args`` under callgrind, which counts only where the
+    program calls :func:`collected` (a fixed hash seed: the same input gives the same count)."""
     with tempfile.TemporaryDirectory(prefix="fold-cost-") as tmp:
         out = Path(tmp) / "callgrind.out"
         cmd = [
@@ -225,20 +226,21 @@ def count_instructions(case: str, count: int) -> tuple[float, int]:
             f"--callgrind-out-file={out}",
             sys.executable,
             "-m",
-            "bench.fold_cost",
-            "--inner",
-            "--case",
-            case,
-            "--events",
-            str(count),
+            module,
+            *args,
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"callgrind run failed: {proc.stderr[-2000:]}")
-        folded = int(re.findall(r"folded (\d+)", proc.stdout)[-1])
         totals = re.findall(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
-        return int(totals[-1]) / count, folded
+        return int(totals[-1]), proc.stdout
+
+
+def count_instructions(case: str, count: int) -> tuple[float, int]:
+    """(instructions per event, events folded) of ``case`` under callgrind."""
+    total, stdout = callgrind("bench.fold_cost", "--inner", "--case", case, "--events", str(count))
+    return total / count, int(re.findall(r"folded (\d+)", stdout)[-1])
 
 
 def figures(events: int, pairs: int) -> list[str]:

@@ -39,7 +39,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from orjson import loads
 from redis.asyncio import Redis
 
-from bench import fold_cost
+from bench import fetch_cost, fold_cost
 from cli.devstack import KafkaBroker, RedisServer, create_topic, free_port
 from cli.loadgen import generate, publish
 from cli.process import spawn, stop_process
@@ -130,11 +130,14 @@ class FetchRun:
 
 def ceiling_config(settings: WorkerSettings) -> dict[str, Any]:
     """The worker's own consumer configuration (one definition, ``ingest.kafka_config``), in a fresh group that
-    starts at the beginning: the ceiling has no checkpoints to seek from."""
+    starts at the beginning (the ceiling has no checkpoints to seek from), with the client's records as shipped:
+    a ``ConsumerRecord`` per record, not the parsed records the worker's consumer takes (``ingest.raw_records``),
+    so the ceiling stays this client's own fetch rate."""
     return {
         **consumer_config(settings),
         "group_id": f"ceiling-{uuid.uuid4().hex[:8]}",
         "auto_offset_reset": "earliest",
+        "value_deserializer": None,
     }
 
 
@@ -698,6 +701,7 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
         )
     if not args.skip_callgrind:
         print("\n".join(await asyncio.to_thread(fold_cost.figures, FOLD_EVENTS, MEMORY_PAIRS)))
+        print("\n".join(await asyncio.to_thread(fetch_cost.figures, FOLD_EVENTS)))
     # ------------------------------------------------------------------ details
     print("details:")
     for i, c in enumerate(ceilings):

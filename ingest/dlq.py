@@ -60,11 +60,10 @@ class Letter:
         return len(self.key or b"") + len(self.value or b"") + sum(len(k) + len(v) for k, v in self.headers)
 
 
-def letter(record: Record, error: InvalidEvent, max_bytes: int) -> Letter:
-    """The dead letter of ``record``: original key, value and headers, cut to ``max_bytes`` in all."""
-    return build(
-        record.topic, record.partition, record.offset, record.key, record.value, record.headers, str(error), max_bytes
-    )
+def letter(topic: str, partition: int, record: Record, error: InvalidEvent, max_bytes: int) -> Letter:
+    """The dead letter of ``record`` (read from ``partition`` of ``topic``): original key, value and headers, cut
+    to ``max_bytes`` in all."""
+    return build(topic, partition, record.offset, record.key, record.value, record.headers, str(error), max_bytes)
 
 
 def build(

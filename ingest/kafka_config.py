@@ -17,6 +17,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from hotboard import kafka_security
 from hotboard.kafka_security import KafkaSecuritySettings
 from hotboard.timing import Backoff
+from ingest.raw_records import keep_bytes
 from ingest.settings import WorkerSettings
 
 log = logging.getLogger("hotboard.worker")
@@ -47,7 +48,8 @@ START_LAST_TRY_S = 0.5
 
 def consumer_config(s: WorkerSettings) -> dict[str, Any]:
     """Manual commits (lag only), committed reads only, and never a silent offset reset: a position outside
-    the log halts the partition instead (see ``ingest.partitions.HaltReason``)."""
+    the log halts the partition instead (see ``ingest.partitions.HaltReason``). Values stay bytes, and the
+    consumer hands over the client's parsed records once :func:`ingest.raw_records.install` ran."""
     return {
         "bootstrap_servers": s.kafka,
         **kafka_security.client_kwargs(s),
@@ -61,6 +63,7 @@ def consumer_config(s: WorkerSettings) -> dict[str, Any]:
         "request_timeout_ms": max(MIN_REQUEST_TIMEOUT_MS, s.session_timeout_ms + REQUEST_MARGIN_MS),
         "max_partition_fetch_bytes": s.max_partition_fetch_bytes,
         "fetch_max_bytes": s.fetch_max_bytes,
+        "value_deserializer": keep_bytes,
     }
 
 

@@ -43,8 +43,9 @@ class Window:
         """Most players any one partition holds for any one board: what one script would carry at least."""
         return max((fold.largest_board() for fold in self.folds.values()), default=0)
 
-    def take_dead_letters(self) -> list[DeadLetter]:
-        letters = [letter for fold in self.folds.values() for letter in fold.dead]
+    def take_dead_letters(self) -> list[tuple[int, DeadLetter]]:
+        """(partition, dead letter) of every fold, in partition order of folding; the folds keep none."""
+        letters = [(p, letter) for p, fold in self.folds.items() for letter in fold.dead]
         for fold in self.folds.values():
             fold.dead = []
         return letters

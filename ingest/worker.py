@@ -42,7 +42,7 @@ from flusher.redis_sink import RedisSink
 from hotboard import redis_connect
 from hotboard.redis_client import Client
 from hotboard.timing import Backoff, ticker, wait_or_stop
-from ingest import dlq
+from ingest import dlq, raw_records
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
 from ingest.intake import Intake
@@ -128,6 +128,7 @@ class Worker:
             )
         )
         self._dead_letters = dead_letters
+        raw_records.install()  # the consumer hands over the client's parsed records (see ingest/raw_records.py)
         self._consumer = AIOKafkaConsumer(**consumer_config(s))
         self._producer = AIOKafkaProducer(**producer_config(s))
         self._assignment = Assignment(s, self._consumer, self._sink, self.metrics)
@@ -478,14 +479,15 @@ class Worker:
     async def _send_dead_letters(self, window: Window) -> None:
         letters = window.take_dead_letters()
         self.dead_letters += len(letters)
-        for record, error in letters:
+        for partition, (record, error) in letters:
             self.metrics.dlq.labels(error.reason.value).inc()
-            where = f"partition {record.partition} offset {record.offset}"
+            where = f"partition {partition} offset {record.offset}"
             if line := self.dead_letter_log.line(error.reason.value, where, error.detail[:200]):
                 log.warning(line)
         if not self._dead_letters:
             return
-        self._dead.add([dlq.letter(record, error, self._dead.max_bytes) for record, error in letters])
+        topic, max_bytes = self.settings.topic, self._dead.max_bytes
+        self._dead.add([dlq.letter(topic, p, record, error, max_bytes) for p, (record, error) in letters])
         failures = self._dead.failures
         await self._dead.send_pending()
         self.metrics.dlq_failures.inc(self._dead.failures - failures)

@@ -30,7 +30,7 @@ from cli.process import spawn, stop_process
 from hotboard import keys
 from hotboard.boards import BoardDef
 from hotboard.codec import Event, encode
-from hotboard.records import Record
+from hotboard.records import PlacedRecord
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
 
@@ -416,14 +416,14 @@ async def log_starts_at(worker: Worker, start: int) -> None:
 
 async def read_topic(
     kafka: str, topic: str, expected: int, timeout_s: float = 30.0, security: Mapping[str, Any] | None = None
-) -> list[Record]:
+) -> list[PlacedRecord]:
     """Up to ``expected`` records of every partition of ``topic`` (a DLQ, say), from the beginning; ``security``
     is :func:`hotboard.kafka_security.client_kwargs`."""
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=kafka, auto_offset_reset="earliest", group_id=None, **(security or {})
     )
     await consumer.start()
-    out: list[Record] = []
+    out: list[PlacedRecord] = []
     try:
         deadline = time.monotonic() + timeout_s
         while len(out) < expected and time.monotonic() < deadline:

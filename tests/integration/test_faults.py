@@ -308,8 +308,8 @@ def test_a_board_fed_once_long_ago_does_not_pin_the_replay(
 
 
 def test_the_worker_reads_committed_records_only() -> None:
-    """An aborted transaction must not be counted. The embedded broker cannot run transactions
-    (InitProducerId), so this pins the configuration both the worker and the benchmark use."""
+    """An aborted transaction must not be counted: the configuration both the worker and the benchmark use
+    (``test_transactions.py`` makes the broker's answers transactional and checks the totals)."""
     config = consumer_config(WorkerSettings())
     assert config["isolation_level"] == "read_committed"
     assert config["auto_offset_reset"] == "none"
