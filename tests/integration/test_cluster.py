@@ -6,6 +6,7 @@ migration; every board equals the reference computed from the events."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -15,6 +16,7 @@ import pytest
 import redis
 from redis.cluster import ClusterNode
 
+from cli.loadgen import publish
 from flusher.cluster import board_slot
 from hotboard import keys
 from hotboard.boards import BoardDef
@@ -35,6 +37,7 @@ from tests.integration.harness import (
     wait_exact,
 )
 from tests.integration.reader_harness import asgi_client, reference_ranking
+from tests.integration.test_removal import hotboard, topic_totals
 
 pytestmark = pytest.mark.integration
 
@@ -208,3 +211,47 @@ async def _api_matches(seed: str, expected: Totals) -> None:
                         break
                     await asyncio.sleep(0.05)
                 assert got == want, (read_from, board)
+
+
+def test_boards_delete_and_erase_on_the_cluster_while_events_flow(
+    topic_factory: Callable[..., str], redis_cluster: TestCluster, spawn: Spawn
+) -> None:
+    """The delete takes the board off the index (its own slot) before the one-slot script; the erasure waits
+    for the checkpoints. A deleted board equals the events after its delete point, an erased player is gone,
+    the index lists the board written again, and every other board is exact."""
+    seed = redis_cluster.seed
+    topic = topic_factory(4)
+    plain = PLAIN[:8]
+    rng = random.Random(4)
+    events = [Event(plain[i % len(plain)], f"p{rng.randrange(30)}", rng.randrange(1, 9), None) for i in range(24_000)]
+    gone = [Event("c-1", "gone", 1000 + i, None) for i in range(20)]
+    worker = spawn(seed, topic, "w", extra_env=CLUSTER_ENV)
+    worker.wait_ready()
+    kafka = str(worker.env["HOTBOARD_KAFKA"])
+    feeder = Feeder(kafka, topic, events, rate=2000)
+    feeder.start()
+    worker.wait_metric("hotboard_windows_total", 3, result="flushed")
+    asyncio.run(publish(kafka, topic, gone))
+    erased = hotboard("boards", "erase", "c-1", "gone", "--json", env_of=worker)
+    assert erased.returncode == 0, erased.stderr
+    assert json.loads(erased.stdout)["outcome"] == "erased"
+    done = hotboard("boards", "delete", "c-0", "--json", env_of=worker)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    point = {int(p): o for p, o in answer["delete_point"].items()}
+    assert answer["outcome"] == "deleted" and min(point.values()) >= 0
+    assert feeder.is_alive(), "the removals must land while events still flow"
+    feeder.finish()
+
+    def counts(e: Event, partition: int, offset: int) -> bool:
+        return e.player != "gone" and (e.board != "c-0" or offset > point[partition])
+
+    expected = topic_totals(kafka, topic, len(events) + len(gone), counts)
+    assert 0 < sum(expected["c-0"].values()) < sum(e.delta or 0 for e in events if e.board == "c-0")
+    wait_exact(seed, expected, read=read_cluster)
+    r = sync_client(seed)
+    try:
+        assert r.zscore(keys.board_key("c-1"), "gone") is None
+        assert r.zscore(keys.BOARD_INDEX_KEY, "c-0") is not None, "written again after its deletion: listed again"
+    finally:
+        r.close()
