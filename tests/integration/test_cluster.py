@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import cast
@@ -255,3 +256,33 @@ def test_boards_delete_and_erase_on_the_cluster_while_events_flow(
         assert r.zscore(keys.BOARD_INDEX_KEY, "c-0") is not None, "written again after its deletion: listed again"
     finally:
         r.close()
+
+
+def test_a_zombie_worker_on_the_cluster_is_fenced(
+    topic_factory: Callable[..., str], redis_cluster: TestCluster, spawn: Spawn
+) -> None:
+    """A worker frozen (SIGSTOP) with a window pending past its session timeout: the heir takes every partition
+    and applies the same events on every master; the zombie, woken, flushes what it held with the watermarks
+    it knew. Its scripts are refused on each master, and the totals exact."""
+    seed = redis_cluster.seed
+    declare(seed)
+    topic = topic_factory(4)
+    events = cluster_events(45_000, seed=6)
+    env = {**CLUSTER_ENV, "HOTBOARD_REDIS_TIMEOUT_S": "60"}
+    zombie = spawn(seed, topic, "zombie", window_ms=500, extra_env=env)
+    zombie.wait_ready()
+    feeder = Feeder(str(zombie.env["HOTBOARD_KAFKA"]), topic, events, rate=3000)
+    feeder.start()
+    zombie.wait_metric("hotboard_windows_total", 2, result="flushed")
+    zombie.signal(signal.SIGSTOP)
+    try:
+        heir = spawn(seed, topic, "heir", extra_env=CLUSTER_ENV)
+        heir.wait_ready()  # after the zombie's session timeout: every partition is the heir's
+        flushed = heir.metric("hotboard_windows_total", result="flushed")
+        heir.wait_metric("hotboard_windows_total", flushed + 2, result="flushed")
+        assert feeder.is_alive(), "the events ran out: the heir's flushes may not have moved the watermarks"
+    finally:
+        zombie.signal(signal.SIGCONT)
+    zombie.wait_metric("hotboard_windows_total", 1, result="fenced")
+    feeder.finish()
+    wait_exact(seed, reference(events), read=read_cluster)
