@@ -29,6 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import orjson
+from hiredis import pack_command
 from redis.asyncio import Redis
 
 from cli.devstack import RedisServer, free_port
@@ -92,6 +93,28 @@ async def bare_flush(redis: Redis, batches: list[BoardBatch]) -> float:
     return seconds
 
 
+def zincrby_commands(batches: list[BoardBatch]) -> tuple[list[bytes], list[str]]:
+    """The pipelined floor: each (board, player, delta) as its own ZINCRBY command, and its key."""
+    commands: list[bytes] = []
+    route: list[str] = []
+    for batch in batches:
+        key = f"plain:{{{batch.board}}}"
+        for player, delta in batch.deltas.items():
+            commands.append(pack_command(("ZINCRBY", key, delta, player)))  # type: ignore[arg-type]
+            route.append(key)
+    return commands, route
+
+
+async def pipelined_flush(redis: Redis, batches: list[BoardBatch]) -> float:
+    """Seconds to send the batches' pairs as plain ZINCRBY commands in one pipelined round trip."""
+    commands, _ = zincrby_commands(batches)
+    started = time.perf_counter()
+    replies = await wire.stream(redis, commands)
+    seconds = time.perf_counter() - started
+    assert not any(isinstance(r, Exception) for r in replies), replies[:3]
+    return seconds
+
+
 async def script_seconds(redis: Redis) -> float:
     """Redis's own time in scripts since the last CONFIG RESETSTAT (INFO commandstats), free of client time."""
     stats = await redis.info("commandstats")
@@ -136,6 +159,7 @@ async def bench(url: str, args: argparse.Namespace) -> None:
         await redis.config_resetstat()
         floor = await bare_flush(redis, batches)
         floor_in_redis = await script_seconds(redis)
+        pipelined = await pipelined_flush(redis, batches)
         for batch in batches:
             for p, off in batch.offsets.items():
                 marks[batch.board, p] = off
@@ -144,7 +168,9 @@ async def bench(url: str, args: argparse.Namespace) -> None:
             f"RSS +{rss1 - rss0:.0f} MiB while pending\n"
             f"    flush {flushed:.2f} s (goal 0.5 s; {in_redis:.2f} s of it in Redis's scripts)\n"
             f"    floor, the bare ZINCRBYs alone: {floor:.2f} s ({floor_in_redis:.2f} s in Redis); "
-            f"flush / floor {flushed / floor:.1f}"
+            f"flush / floor {flushed / floor:.1f}\n"
+            f"    floor, the same pairs as pipelined ZINCRBY commands: {pipelined:.2f} s; "
+            f"flush / floor {flushed / pipelined:.1f}"
         )
         del window, batches, parts
     await redis.hset("hb:ckpt:{bench}", mapping={str(p): 10**9 for p in range(args.partitions)})
@@ -218,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--players", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--breakdown", action="store_true", help="also measure FLUSH without parts of its bookkeeping")
+    ap.add_argument("--cluster", action="store_true", help="then the same window and one hot board on a cluster")
+    ap.add_argument("--hot-events", type=int, default=300_000, help="--cluster: events per window of the hot board")
+    ap.add_argument("--hot-players", type=int, default=30_000, help="--cluster: players of the hot board")
+    ap.add_argument("--hot-windows", type=int, default=3, help="--cluster: windows of the hot board")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(free_port(), Path(tmp), appendonly=False)
@@ -228,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.run(breakdown(server.url, args))
         finally:
             server.stop()
+    if args.cluster:
+        from bench import cluster_boards
+
+        cluster_boards.cluster(args)
     return 0
 
 

@@ -105,8 +105,10 @@ def poll(what: str, check: Callable[[], bool], timeout_s: float = 30.0, step_s: 
 class LocalCluster:
     """Six redis-servers in ``base_dir`` forming one cluster; :attr:`seed` is a URL for hotboard."""
 
-    def __init__(self, base_dir: Path, ports: list[int] | None = None) -> None:
+    def __init__(self, base_dir: Path, ports: list[int] | None = None, *, appendonly: bool = True) -> None:
+        """``appendonly=False``: no AOF (benchmarks; the fault tests restart masters from theirs)."""
         self.base_dir = base_dir
+        self.appendonly = appendonly
         self.ports = ports or cluster_ports(2 * MASTERS)
         self.servers = {p: self._server(p) for p in self.ports}
 
@@ -124,7 +126,7 @@ class LocalCluster:
             "--cluster-replica-validity-factor",
             "0",
         ]
-        return RedisServer(port, folder, options=options)
+        return RedisServer(port, folder, appendonly=self.appendonly, options=options)
 
     @property
     def seed(self) -> str:

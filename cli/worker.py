@@ -39,6 +39,7 @@ def add_parser(sub: Any) -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     settings = settings_from(WorkerSettings, args)
     redis_connect.check(settings)
+    settings.check_replica_acks()
     return run_member("worker", lambda: Worker(settings))
 
 

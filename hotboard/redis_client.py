@@ -35,7 +35,9 @@ def split_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
         seeds.append((host.strip("[]"), int(port)))
     if parts.path not in ("", "/", "/0"):
         raise ValueError("a Redis Cluster has one database: drop the /<db> from the URL")
-    first = f"{userinfo}{at}{seeds[0][0]}:{seeds[0][1]}"
+    first_host, first_port = seeds[0]
+    bracketed = f"[{first_host}]" if ":" in first_host else first_host
+    first = f"{userinfo}{at}{bracketed}:{first_port}"  # an IPv6 address keeps its brackets
     return urlunsplit((parts.scheme, first, "", parts.query, "")), seeds
 
 

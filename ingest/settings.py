@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from hotboard.kafka_security import KafkaSecuritySettings
-from hotboard.redis_connect import RedisSettings
+from hotboard.redis_connect import RedisConfigError, RedisSettings
 from hotboard.settings import LogSettings
 
 
@@ -86,6 +86,16 @@ class WorkerSettings(LogSettings, KafkaSecuritySettings, RedisSettings):
         if self.min_replica_acks >= 0:
             return self.min_replica_acks
         return 1 if self.redis_cluster else 0
+
+    def check_replica_acks(self) -> None:
+        """Refuse replica acknowledgements one server cannot give: the sink on one server sends no WAIT, so a
+        required count would be silently ignored and a checkpoint move without the replicas the operator asked
+        for."""
+        if self.min_replica_acks > 0 and not self.redis_cluster:
+            raise RedisConfigError(
+                f"--min-replica-acks {self.min_replica_acks} needs --redis-cluster: on one server no window waits "
+                "for replicas; give 0 or leave it at -1"
+            )
 
     @property
     def window_s(self) -> float:

@@ -104,6 +104,8 @@ class Worker:
         self._identity = self._redis_health.identity
         self._backoff = Backoff(cap_s=settings.backoff_max_s)
         s = settings
+        if sink is None:
+            s.check_replica_acks()
         #: An injected client is its owner's to close, and has not connected yet: its connections are checked too.
         self._owns_redis = redis is None
         if redis is None:

@@ -6,7 +6,9 @@ migration; every board equals the reference computed from the events."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import cast
@@ -15,6 +17,7 @@ import pytest
 import redis
 from redis.cluster import ClusterNode
 
+from cli.loadgen import publish
 from flusher.cluster import board_slot
 from hotboard import keys
 from hotboard.boards import BoardDef
@@ -35,6 +38,7 @@ from tests.integration.harness import (
     wait_exact,
 )
 from tests.integration.reader_harness import asgi_client, reference_ranking
+from tests.integration.test_removal import hotboard, topic_totals
 
 pytestmark = pytest.mark.integration
 
@@ -208,3 +212,77 @@ async def _api_matches(seed: str, expected: Totals) -> None:
                         break
                     await asyncio.sleep(0.05)
                 assert got == want, (read_from, board)
+
+
+def test_boards_delete_and_erase_on_the_cluster_while_events_flow(
+    topic_factory: Callable[..., str], redis_cluster: TestCluster, spawn: Spawn
+) -> None:
+    """The delete takes the board off the index (its own slot) before the one-slot script; the erasure waits
+    for the checkpoints. A deleted board equals the events after its delete point, an erased player is gone,
+    the index lists the board written again, and every other board is exact."""
+    seed = redis_cluster.seed
+    topic = topic_factory(4)
+    plain = PLAIN[:8]
+    rng = random.Random(4)
+    events = [Event(plain[i % len(plain)], f"p{rng.randrange(30)}", rng.randrange(1, 9), None) for i in range(24_000)]
+    gone = [Event("c-1", "gone", 1000 + i, None) for i in range(20)]
+    worker = spawn(seed, topic, "w", extra_env=CLUSTER_ENV)
+    worker.wait_ready()
+    kafka = str(worker.env["HOTBOARD_KAFKA"])
+    feeder = Feeder(kafka, topic, events, rate=2000)
+    feeder.start()
+    worker.wait_metric("hotboard_windows_total", 3, result="flushed")
+    asyncio.run(publish(kafka, topic, gone))
+    erased = hotboard("boards", "erase", "c-1", "gone", "--json", env_of=worker)
+    assert erased.returncode == 0, erased.stderr
+    assert json.loads(erased.stdout)["outcome"] == "erased"
+    done = hotboard("boards", "delete", "c-0", "--json", env_of=worker)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    point = {int(p): o for p, o in answer["delete_point"].items()}
+    assert answer["outcome"] == "deleted" and min(point.values()) >= 0
+    assert feeder.is_alive(), "the removals must land while events still flow"
+    feeder.finish()
+
+    def counts(e: Event, partition: int, offset: int) -> bool:
+        return e.player != "gone" and (e.board != "c-0" or offset > point[partition])
+
+    expected = topic_totals(kafka, topic, len(events) + len(gone), counts)
+    assert 0 < sum(expected["c-0"].values()) < sum(e.delta or 0 for e in events if e.board == "c-0")
+    wait_exact(seed, expected, read=read_cluster)
+    r = sync_client(seed)
+    try:
+        assert r.zscore(keys.board_key("c-1"), "gone") is None
+        assert r.zscore(keys.BOARD_INDEX_KEY, "c-0") is not None, "written again after its deletion: listed again"
+    finally:
+        r.close()
+
+
+def test_a_zombie_worker_on_the_cluster_is_fenced(
+    topic_factory: Callable[..., str], redis_cluster: TestCluster, spawn: Spawn
+) -> None:
+    """A worker frozen (SIGSTOP) with a window pending past its session timeout: the heir takes every partition
+    and applies the same events on every master; the zombie, woken, flushes what it held with the watermarks
+    it knew. Its scripts are refused on each master, and the totals exact."""
+    seed = redis_cluster.seed
+    declare(seed)
+    topic = topic_factory(4)
+    events = cluster_events(45_000, seed=6)
+    env = {**CLUSTER_ENV, "HOTBOARD_REDIS_TIMEOUT_S": "60"}
+    zombie = spawn(seed, topic, "zombie", window_ms=500, extra_env=env)
+    zombie.wait_ready()
+    feeder = Feeder(str(zombie.env["HOTBOARD_KAFKA"]), topic, events, rate=3000)
+    feeder.start()
+    zombie.wait_metric("hotboard_windows_total", 2, result="flushed")
+    zombie.signal(signal.SIGSTOP)
+    try:
+        heir = spawn(seed, topic, "heir", extra_env=CLUSTER_ENV)
+        heir.wait_ready()  # after the zombie's session timeout: every partition is the heir's
+        flushed = heir.metric("hotboard_windows_total", result="flushed")
+        heir.wait_metric("hotboard_windows_total", flushed + 2, result="flushed")
+        assert feeder.is_alive(), "the events ran out: the heir's flushes may not have moved the watermarks"
+    finally:
+        zombie.signal(signal.SIGCONT)
+    zombie.wait_metric("hotboard_windows_total", 1, result="fenced")
+    feeder.finish()
+    wait_exact(seed, reference(events), read=read_cluster)

@@ -131,6 +131,15 @@ def test_invalid_setting_exits_2_with_the_field_named(capsys: pytest.CaptureFixt
     assert "window_ms" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("acks", ["1", "2"])
+def test_replica_acks_on_one_server_are_refused(acks: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """One server sends no WAIT: a required count would be ignored, so the worker refuses it before connecting."""
+    assert main(["worker", "--redis", "redis://127.0.0.1:1/0", "--min-replica-acks", acks]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"hotboard worker: --min-replica-acks {acks} needs --redis-cluster")
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
