@@ -284,7 +284,6 @@ async def test_many_waiters_on_one_board_share_one_poller(kafka: str, topic: str
         assert 5 <= polls <= 40, polls  # 400 ms / 20 ms, with slack for a slow machine; 50 per tick if per request
 
 
-@pytest.mark.xfail(strict=True, reason="an error or cancellation after the produce releases the Idempotency-Key")
 async def test_a_failure_after_the_produce_keeps_the_idempotency_key(
     kafka: str, topic: str, redis_url: str, redis_client: Any
 ) -> None:
