@@ -72,7 +72,6 @@ def test_restore_keeps_a_deleted_board_deleted_and_an_erased_player_erased(
         archiver.cleanup()
 
 
-@pytest.mark.xfail(strict=True, reason="restore lowers the checkpoints only before and after all the swaps")
 def test_restore_while_workers_write_loses_no_event(
     kafka: str,
     topic_factory: Callable[..., str],
