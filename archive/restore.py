@@ -6,9 +6,10 @@ a reader sees the old board or the restored one, never half of either. The water
 board holds and what it has applied stay one statement. A board's meta version moves past both the live one and
 the archived one: a reader's cache keyed by version never serves the old board for the new.
 
-The topic's checkpoints are lowered to the archive's before the swaps and once more after them: a worker whose
-checkpoint move is refused resynchronises, and replays from the archive's checkpoint the tail the restored boards
-lack (their watermarks skip what they hold), once.
+The topic's checkpoints are lowered to the archive's before the swaps, by each swap (in its script, to the
+checkpoints of the snapshot the board was read from) and once more after them: a worker whose checkpoint move is
+refused, or that is fenced on a swapped board, resynchronises, and replays from no later than the archive's
+checkpoint the tail the restored boards lack (their watermarks skip what they hold).
 """
 
 from __future__ import annotations
@@ -37,10 +38,20 @@ _KINDS: tuple[Callable[[str], str], ...] = (
     keys.dense_key,
     keys.counts_key,
 )
-#: Swap a restored board in. KEYS: the 8 live keys, then their 8 restored twins. ARGV: the archived version
-#: (-1: a seasonal board's own meta, which holds no version), when the keys expire (ms; 0: never).
+#: Swap a restored board in, and lower the topic's checkpoints to the archive's as of the snapshot the board was
+#: read from, in the same step: a worker that was fenced on this board, or whose checkpoint move is refused,
+#: then replays from no later than what the board holds (lowered only before and after every swap, a worker
+#: resynchronised in between wrote the tail on top of a board lacking the events before it, and the second
+#: lowering came too late: the watermarks skipped them). KEYS: the 8 live keys, their 8 restored twins, the
+#: checkpoint hash. ARGV: the archived version (-1: a seasonal board's own meta, which holds no version), when the
+#: keys expire (ms; 0: never), then (partition, checkpoint, epoch) triples as for _LOWER.
 _SWAP = Script(f"""
 local archived, expire_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = 3, #ARGV, 3 do
+  local cur = redis.call('HGET', KEYS[17], ARGV[i])
+  if not cur or tonumber(cur) > tonumber(ARGV[i + 1]) then redis.call('HSET', KEYS[17], ARGV[i], ARGV[i + 1]) end
+  if ARGV[i + 2] ~= '0' then redis.call('HSET', KEYS[17], ARGV[i] .. ':epoch', ARGV[i + 2]) end
+end
 if archived >= 0 then
   local live = tonumber(redis.call('HGET', KEYS[3], '{keys.META_VERSION}') or '0')
   redis.call('HSET', KEYS[11], '{keys.META_VERSION}', math.max(live, archived) + 1)
@@ -85,20 +96,26 @@ async def board_names(archive: Archive, board: str | None) -> list[str]:
     return [r["board"] for r in rows]
 
 
-async def lower_checkpoints(archive: Archive, redis: Redis, topic: str) -> int:
-    async with archive.connection() as conn:
-        rows = await conn.fetch(
-            "SELECT partition, checkpoint, epoch FROM hb_checkpoints WHERE topic = $1 AND checkpoint IS NOT NULL", topic
-        )
+async def _checkpoint_args(conn: Any, topic: str) -> list[Any]:
+    """The archive's checkpoints as (partition, checkpoint, epoch) triples."""
+    rows = await conn.fetch(
+        "SELECT partition, checkpoint, epoch FROM hb_checkpoints WHERE topic = $1 AND checkpoint IS NOT NULL", topic
+    )
     args: list[Any] = []
     for r in rows:
         args += (str(r["partition"]), r["checkpoint"], r["epoch"])
+    return args
+
+
+async def lower_checkpoints(archive: Archive, redis: Redis, topic: str) -> int:
+    async with archive.connection() as conn:
+        args = await _checkpoint_args(conn, topic)
     if args:
         await _LOWER(redis, [keys.checkpoint_key(topic)], args)
-    return len(rows)
+    return len(args) // 3
 
 
-async def restore_board(archive: Archive, redis: Redis, board: str, now_ms: int) -> Restored | None:
+async def restore_board(archive: Archive, redis: Redis, topic: str, board: str, now_ms: int) -> Restored | None:
     """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired."""
     live = [kind(board) for kind in _KINDS]
     twin = [f"{k}:restoring" for k in live]
@@ -113,6 +130,7 @@ async def restore_board(archive: Archive, redis: Redis, board: str, now_ms: int)
         await redis.delete(*twin)
         players = 0
         async with conn.transaction(isolation="repeatable_read", readonly=True):
+            lowered = await _checkpoint_args(conn, topic)  # the snapshot's: every event up to them is in it
             marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
             if marks:
                 await redis.hset(twin[1], mapping={r["field"]: r["last_offset"] for r in marks})
@@ -138,7 +156,8 @@ async def restore_board(archive: Archive, redis: Redis, board: str, now_ms: int)
     elif definition != DEFAULT:
         declared: dict[Any, Any] = to_hash(definition, now_ms)
         await redis.hset(twin[3], mapping=declared)
-    await _SWAP(redis, live + twin, [-1 if root else row["version"], row["expires_at_ms"]])
+    swap_keys = [*live, *twin, keys.checkpoint_key(topic)]
+    await _SWAP(redis, swap_keys, [-1 if root else row["version"], row["expires_at_ms"], *lowered])
     if period is None:
         await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
     return Restored(board, players)
@@ -189,10 +208,10 @@ async def restore(
     await lower_checkpoints(archive, redis, topic)
     done = []
     for name in names:
-        restored = await restore_board(archive, redis, name, now_ms)
+        restored = await restore_board(archive, redis, topic, name, now_ms)
         if restored is not None:
             done.append(restored)
             progress(restored)
-    # 2. once more: a worker that moved its checkpoint while the boards were swapped in replays from here
+    # 2. each swap lowered them again, in its own step; once more for a run that restored no board
     await lower_checkpoints(archive, redis, topic)
     return done

@@ -14,8 +14,10 @@ under the Idempotency-Key.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -41,6 +43,8 @@ from reader_api.snapshot import Snapshots, parse_header, player
 from reader_api.waits import Covered, Watermarks
 from reader_api.write_metrics import WriteMetrics
 
+log = logging.getLogger("hotboard.api")
+
 _PLAYER_MARK = Script(lua_reads.PLAYER_MARK)
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
 
@@ -50,6 +54,20 @@ def wait_param(query: Mapping[str, str]) -> bool:
     if raw not in _TRUE | _FALSE:
         raise invalid("wait", "must be true or false")
     return raw in _TRUE
+
+
+@dataclass(slots=True)
+class Progress:
+    """How far one write got towards Kafka: once records were handed over, a failure after that point must
+    not free its Idempotency-Key (the retry would produce them again) nor answer an error that invites a
+    retry; ``fallback`` is then the answer to give and keep instead."""
+
+    fallback: Answer | None = None
+
+
+def _unknown_outcome() -> Answer:
+    message = "the request ended while its events were being produced: they may or may not be in the topic"
+    return Answer(503, orjson.dumps({"error": "outcome_unknown", "message": message, "outcome": "unknown"}))
 
 
 def _json(body: bytes, status: int = 200) -> Response:
@@ -111,12 +129,15 @@ class Writes:
             raise ApiError(408, "request_timeout", "the request body did not arrive in time") from None
         return b"".join(chunks)
 
-    async def produce(self, records: list[tuple[bytes, bytes]]) -> tokens.Marks | Answer:
-        """The marks of the acknowledged records, or the 503 to answer."""
+    async def produce(self, records: list[tuple[bytes, bytes]], progress: Progress) -> tokens.Marks | Answer:
+        """The marks of the acknowledged records, or the 503 to answer; ``progress`` learns what a failure from
+        here on must answer (acknowledged: 202 with the token)."""
         started = time.perf_counter()
+        progress.fallback = _unknown_outcome()
         try:
             acks = await self.producer.send(records)
         except KafkaUnavailable as exc:
+            progress.fallback = None
             self.metrics.produce_failures.labels("not_sent").inc()
             return Answer(503, orjson.dumps({"error": "kafka_unavailable", "message": str(exc), "outcome": "not_sent"}))
         except OutcomeUnknown as exc:
@@ -127,9 +148,14 @@ class Writes:
         finally:
             self.metrics.produce_seconds.observe(time.perf_counter() - started)
         self.metrics.accepted.inc(len(acks))
-        return tokens.merge(acks)
+        marks = tokens.merge(acks)
+        accepted: ScoreAccepted = {"token": tokens.encode(marks)}
+        progress.fallback = Answer(202, orjson.dumps(accepted))
+        return marks
 
-    async def run(self, request: Request, route: str, answer: Callable[[Writer, bytes], Awaitable[Answer]]) -> Response:
+    async def run(
+        self, request: Request, route: str, answer: Callable[[Writer, bytes, Progress], Awaitable[Answer]]
+    ) -> Response:
         writer = self.auth.check(request.headers.get("authorization"))
         body = await self.body(request)
         key = request.headers.get("idempotency-key")
@@ -140,11 +166,22 @@ class Writes:
             if isinstance(found, Answer):
                 return self._response(found)
             claim = found
+        progress = Progress()
         try:
-            result = await answer(writer, body)
-        except BaseException:
-            if claim is not None:  # nothing was produced: a 4xx before producing, or a failure in it
-                await self.idempotency.release(claim)
+            result = await answer(writer, body, progress)
+        except Exception:
+            if progress.fallback is None:  # nothing was produced: a 4xx before producing, or Kafka unreachable
+                if claim is not None:
+                    await self.idempotency.release(claim)
+                raise
+            log.warning("write produced, then failed: answered %d", progress.fallback.status, exc_info=True)
+            result = progress.fallback
+        except BaseException:  # cancelled: a produced write keeps its key, with the answer it would have had
+            if claim is not None:
+                if progress.fallback is None:
+                    await self.idempotency.release(claim)
+                else:
+                    await self.idempotency.finish(claim, progress.fallback)
             raise
         if claim is not None:
             if result.status == 503 and b'"not_sent"' in result.body:
@@ -159,14 +196,14 @@ class Writes:
 
     # -- POST /v1/events -----------------------------------------------------------------------------------
 
-    async def events(self, request: Request, writer: Writer, body: bytes) -> Answer:
+    async def events(self, request: Request, writer: Writer, body: bytes, progress: Progress) -> Answer:
         parsed = write_bodies.parse_events(body, request.headers.get("content-type"), self.decoder)
         for rejection in parsed.rejected:
             self.metrics.rejected.labels(rejection["reason"]).inc()
         self.limiter.take(writer.scope, len(parsed.records))
         marks: tokens.Marks = {}
         if parsed.records:
-            produced = await self.produce([(key, value) for _, key, value in parsed.records])
+            produced = await self.produce([(key, value) for _, key, value in parsed.records], progress)
             if isinstance(produced, Answer):
                 return produced
             marks = produced
@@ -179,7 +216,7 @@ class Writes:
 
     # -- POST /v1/boards/{board}/players/{player}/scores ---------------------------------------------------
 
-    async def score(self, request: Request, writer: Writer, body: bytes) -> Answer:
+    async def score(self, request: Request, writer: Writer, body: bytes, progress: Progress) -> Answer:
         board, name = check_board(request.path_params["board"]), check_player(request.path_params["player"])
         query = request.query_params
         wait = wait_param(query)
@@ -187,7 +224,7 @@ class Writes:
         now_ms = self.reader.clock()
         value = write_bodies.score_event(board, name, body, request.headers.get("content-type"), now_ms)
         self.limiter.take(writer.scope, 1)
-        produced = await self.produce([(name.encode(), value)])
+        produced = await self.produce([(name.encode(), value)], progress)
         if isinstance(produced, Answer):
             return produced
         token = tokens.encode(produced)
@@ -238,10 +275,10 @@ def _writes(request: Request) -> Writes:
 
 async def post_events(request: Request) -> Response:
     writes = _writes(request)
-    return await writes.run(request, "events", lambda writer, body: writes.events(request, writer, body))
+    return await writes.run(request, "events", lambda w, body, p: writes.events(request, w, body, p))
 
 
 async def post_score(request: Request) -> Response:
     writes = _writes(request)
     route = f"scores {request.path_params['board']} {request.path_params['player']}"
-    return await writes.run(request, route, lambda writer, body: writes.score(request, writer, body))
+    return await writes.run(request, route, lambda w, body, p: writes.score(request, w, body, p))

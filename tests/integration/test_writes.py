@@ -19,6 +19,7 @@ import pytest
 
 from cli.devstack import KafkaBroker, create_topic
 from cli.process import free_port
+from hotboard import keys
 from ingest.worker import Worker
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAnswer
 from reader_api.app import create_app
@@ -281,3 +282,29 @@ async def test_many_waiters_on_one_board_share_one_poller(kafka: str, topic: str
         assert isinstance(transport, httpx.ASGITransport)
         polls = transport.app.state.reader.after.watermarks.polls  # type: ignore[attr-defined]
         assert 5 <= polls <= 40, polls  # 400 ms / 20 ms, with slack for a slow machine; 50 per tick if per request
+
+
+async def test_a_failure_after_the_produce_keeps_the_idempotency_key(
+    kafka: str, topic: str, redis_url: str, redis_client: Any
+) -> None:
+    """Once Kafka acknowledged the write, neither an error in ``?wait=true`` (a board whose stored definition
+    cannot be read) nor the request being cancelled (a client that gave up, a shutting-down server) frees its
+    Idempotency-Key: each retry answers, none produces a second time."""
+    await redis_client.set(keys.def_key("broken"), "junk")  # not a hash: the API's definition read fails
+    async with asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        url = "/v1/boards/broken/players/a/scores"
+        headers = {**AUTH, "Idempotency-Key": "after-produce"}
+        first = await c.post(url, params={"wait": "true"}, json={"delta": 1}, headers=headers)
+        again = await c.post(url, params={"wait": "true"}, json={"delta": 1}, headers=headers)
+        # no worker: the wait lasts; the request is cancelled while it waits, after its event was produced
+        url = "/v1/boards/quiet/players/b/scores"
+        headers = {**AUTH, "Idempotency-Key": "cancelled"}
+        query = {"wait": "true", "wait_ms": "10000"}
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(c.post(url, params=query, json={"delta": 1}, headers=headers), 1.5)
+        retry = await c.post(url, params=query, json={"delta": 1}, headers=headers)
+    assert await count_records(kafka, topic, 2) == 2  # one per key
+    # the write was acknowledged: accepted with its token (an error would invite a retry without the key)
+    assert first.status_code == 202 and first.json()["token"], first.text
+    assert (again.status_code, again.content) == (first.status_code, first.content)
+    assert retry.status_code == 202 and retry.json()["token"], retry.text
