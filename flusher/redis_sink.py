@@ -156,6 +156,8 @@ class RedisSink(CheckpointHash):
         pairs = zip(batches, per_batch, strict=True)
         reborn = {(b.period.board if b.period else b.board) for b, r in pairs if _reborn(r)}
         if reborn:  # written again after a deletion, which took them off the index: listed again (rare)
+            for board in reborn:  # should the ZADD fail, the retried window's registration lists them
+                self._registered.discard(board)
             await self._redis.zadd(keys.BOARD_INDEX_KEY, dict.fromkeys(reborn, 0))
         return results
 

@@ -46,6 +46,9 @@ class BoundedCache(Generic[K, V]):
         if len(entries) > self._max:
             entries.popitem(last=False)
 
+    def discard(self, key: K) -> None:
+        self._entries.pop(key, None)
+
     def clear(self) -> None:
         self._entries.clear()
 

@@ -54,3 +54,12 @@ def test_ttl_values_expire_on_the_injected_clock_and_stay_bounded() -> None:
     cache.put("b", 3)
     cache.put("c", 4)
     assert (len(cache), cache.get("a"), cache.get("c")) == (2, None, 4)
+
+
+def test_discard_forgets_one_key_and_ignores_an_absent_one() -> None:
+    cache: BoundedCache[str, int] = BoundedCache(4)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.discard("a")
+    cache.discard("never")
+    assert cache.get("a") is None and cache.get("b") == 2 and len(cache) == 1
