@@ -10,6 +10,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+from archive.redis_loss import RestoringWorker, restores
 from cli.exits import EXIT_CONFIG, EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
 from flusher.server import EvictionPolicyError
@@ -39,6 +40,8 @@ def add_parser(sub: Any) -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     settings = settings_from(WorkerSettings, args)
     redis_connect.check(settings)
+    if restores(settings):
+        return run_member("worker", lambda: RestoringWorker(settings))
     return run_member("worker", lambda: Worker(settings))
 
 
