@@ -66,6 +66,7 @@ async def archived(url: str) -> tuple[int, int]:
 
 
 def wait(check: object, what: str, timeout_s: float = 600.0) -> None:
+    """Poll ``check()`` every half second until it holds."""
     deadline = time.monotonic() + timeout_s
     while not check():  # type: ignore[operator]
         if time.monotonic() > deadline:
@@ -100,9 +101,9 @@ def run(args: argparse.Namespace) -> None:
     broker, rs = KafkaBroker(free_port(), tmp), RedisServer(free_port(), tmp / "redis")
     (tmp / "redis").mkdir()
     database = f"hb_bench_{uuid.uuid4().hex[:8]}"
-    admin = SERVER.rsplit("/", 1)[0]
-    asyncio.run(_admin(SERVER, f'CREATE DATABASE "{database}"'))
-    pg = f"{admin}/{database}"
+    server = SERVER.rsplit("/", 1)[0]
+    asyncio.run(admin(SERVER, f'CREATE DATABASE "{database}"'))
+    pg = f"{server}/{database}"
     broker.start()
     rs.start()
     try:
@@ -134,10 +135,10 @@ def run(args: argparse.Namespace) -> None:
     finally:
         rs.stop()
         broker.stop()
-        asyncio.run(_admin(SERVER, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        asyncio.run(admin(SERVER, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
 
 
-async def _admin(url: str, statement: str) -> None:
+async def admin(url: str, statement: str) -> None:
     conn = await asyncpg.connect(url)
     try:
         await conn.execute(statement)
