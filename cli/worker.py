@@ -10,6 +10,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+from archive.redis_loss import RestoringWorker, restores
 from cli.exits import EXIT_CONFIG, EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
 from flusher.server import EvictionPolicyError
@@ -40,6 +41,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings = settings_from(WorkerSettings, args)
     redis_connect.check(settings)
     settings.check_replica_acks()
+    if restores(settings):
+        return run_member("worker", lambda: RestoringWorker(settings))
     return run_member("worker", lambda: Worker(settings))
 
 

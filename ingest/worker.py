@@ -26,7 +26,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -156,6 +156,8 @@ class Worker:
         self.dead_letter_log = DeadLetterLog(s.progress_interval_s)
         self.fenced = 0
         self.failed_flushes = 0
+        #: Hears the halted partitions once per tick while any is halted (a restore from the archive answers some).
+        self.on_halts: Callable[[Mapping[int, Halt]], None] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -186,6 +188,14 @@ class Worker:
     @property
     def halted(self) -> dict[int, Halt]:
         return self._assignment.halted
+
+    @property
+    def redis(self) -> Client:
+        return self._redis
+
+    @property
+    def sink(self) -> Sink:
+        return self._sink
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -391,6 +401,8 @@ class Worker:
                 ok = await self._flush_all()
             if line := self.progress.line(self.counters()):
                 log.info(line)
+            if self.on_halts is not None and (halted := self.halted):
+                self.on_halts(halted)
             if not ok:
                 await wait_or_stop(self._stopping, self._backoff.next_delay())
 

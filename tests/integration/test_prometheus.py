@@ -31,6 +31,8 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
+from archive.archiver import Archiver
+from archive.settings import ArchiverSettings
 from cli.loadgen import generate, publish
 from cli.process import LOOPBACK, Child, free_port, url_answers
 from hotboard.keys import board_key
@@ -80,6 +82,10 @@ def substitute(expr: str) -> str:
 
 def is_api(expr: str) -> bool:
     return "hotboard_api_" in expr or "hotboard-api" in expr
+
+
+def is_archive(expr: str) -> bool:
+    return "hotboard_archive_" in expr or "hotboard-archiver" in expr
 
 
 def _scan(expr: str) -> Iterator[tuple[int, str, int]]:
@@ -218,13 +224,21 @@ def test_promtool_accepts_the_shipped_config_and_rules() -> None:
 
 @contextlib.contextmanager
 def prometheus(tmp: Path, jobs: dict[str, list[str]]) -> Iterator[str]:
-    """A Prometheus on a free loopback port scraping ``jobs`` every second with the shipped alert rules."""
+    """A Prometheus on a free loopback port scraping ``jobs`` every second with the shipped alert rules (and the
+    shipped job's metric relabelling)."""
     binary, _ = require_prometheus()
+    shipped = {job["job_name"]: job for job in yaml.safe_load(PROMETHEUS_YML.read_text())["scrape_configs"]}
+    relabel = {job: shipped.get(job, {}).get("metric_relabel_configs") for job in jobs}
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
         "rule_files": [str(ALERTS)],
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": targets}]} for job, targets in jobs.items()
+            {
+                "job_name": job,
+                "static_configs": [{"targets": targets}],
+                **({"metric_relabel_configs": relabel[job]} if relabel[job] else {}),
+            }
+            for job, targets in jobs.items()
         ],
     }
     tmp.mkdir(parents=True, exist_ok=True)
@@ -338,8 +352,8 @@ async def test_every_worker_query_of_dashboard_and_alerts_returns_data(
     render = os.environ.get(RENDER_ENV) == "1"
     phase_s = float(os.environ.get("HOTBOARD_RENDER_PHASE_S", "30"))
     phases = [(1000.0, phase_s), (3000.0, phase_s), (8000.0, phase_s)] if render else [(3000.0, 0.0)]
-    dashboard = {e: "dashboard" for e in grafana_exprs() if not is_api(e)}
-    alerts = {q: origin for q, origin in alert_checks(alert_rules()).items() if not is_api(q)}
+    dashboard = {e: "dashboard" for e in grafana_exprs() if not is_api(e) and not is_archive(e)}
+    alerts = {q: origin for q, origin in alert_checks(alert_rules()).items() if not is_api(q) and not is_archive(q)}
     assert dashboard and alerts
 
     async with running_worker(kafka, redis_url, topic) as (worker, port):
@@ -375,6 +389,48 @@ def load_renderer() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# ------------------------------------------------------------------------------------------------ archiver
+
+
+async def test_every_archive_query_of_dashboard_and_alerts_returns_data(
+    kafka: str, topic: str, redis_url: str, postgres_url: str, tmp_path: Path
+) -> None:
+    """The archiver scraped with the shipped relabelling: its own series answer, and none of the worker's leak
+    into the worker panels."""
+    dashboard = {e: "dashboard" for e in grafana_exprs() if is_archive(e)}
+    alerts = {q: origin for q, origin in alert_checks(alert_rules()).items() if is_archive(q)}
+    assert dashboard and alerts
+    port = free_port()
+    settings = ArchiverSettings(
+        kafka=kafka,
+        redis=redis_url,
+        postgres=postgres_url,
+        topic=topic,
+        group=f"prom-{topic}",
+        metrics_port=port,
+        metrics_host="127.0.0.1",
+        session_timeout_ms=6000,
+        window_ms=1000,
+    )
+    async with Archiver(settings, handle_signals=False) as archiver:
+        run = asyncio.create_task(archiver.run())
+        try:
+            with prometheus(tmp_path / "prom", {"hotboard-archiver": [f"127.0.0.1:{port}"]}) as prom_url:
+                stop = asyncio.Event()
+                producer = asyncio.create_task(load(kafka, topic, stop, [(2000.0, 0.0)]))
+                try:
+                    await all_return_data(prom_url, {**dashboard, **alerts})
+                    await rules_evaluate_cleanly(prom_url, {"hotboard-archive"})
+                    async with httpx.AsyncClient(base_url=prom_url, timeout=10) as client:
+                        assert not await instant(client, "hotboard_events_total"), "a worker series was kept"
+                finally:
+                    stop.set()
+                    await producer
+        finally:
+            archiver.stop()
+            await asyncio.wait_for(run, timeout=30)
 
 
 # ------------------------------------------------------------------------------------------------ read API

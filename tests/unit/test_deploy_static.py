@@ -246,7 +246,34 @@ def test_compose_load_generator_is_an_opt_in_profile() -> None:
     assert command[command.index("--kafka") + 1] == "kafka:9092"
     assert float(command[command.index("--rate") + 1]) == 2000
     assert int(command[command.index("--count") + 1]) == 100_000_000
-    assert all("profiles" not in svc for name, svc in services.items() if name != "loadgen")
+    assert all("profiles" not in svc for name, svc in services.items() if name not in ("loadgen", "audit"))
+
+
+def test_compose_archiver_beside_its_postgres_and_an_audit_profile() -> None:
+    doc = compose()
+    services = doc["services"]
+    pg, archiver, audit = services["postgres"], services["archiver"], services["audit"]
+    assert pg["image"].startswith("postgres:")
+    assert pg["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres-password"
+    assert "pg_isready" in pg["healthcheck"]["test"] and "ports" not in pg, "PostgreSQL stays inside the stack"
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in pg["volumes"])
+    assert archiver["command"] == ["archiver"] and audit["command"] == ["audit"] and audit["profiles"] == ["audit"]
+    for svc in (archiver, audit):
+        assert svc["image"] == "hotboard:local"
+        assert set(svc["secrets"]) == {"redis-worker-url", "postgres-url"}
+        assert "HOTBOARD_POSTGRES" not in svc["environment"], "the URL holds a password: a secret, not the env"
+        script = svc["entrypoint"][2]
+        assert "/run/secrets/postgres-url" in script and "/run/secrets/redis-worker-url" in script
+        assert "exec hotboard" in script
+        assert svc["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert int(archiver["environment"]["HOTBOARD_WINDOW_MS"]) == 5000
+    assert archiver["environment"]["HOTBOARD_GROUP"] == services["worker-1"]["environment"]["HOTBOARD_GROUP"]
+    assert f"127.0.0.1:{WORKER_PORT}/healthz" in " ".join(archiver["healthcheck"]["test"])
+    for name in ("postgres-password", "postgres-url"):
+        assert (COMPOSE.parent / doc["secrets"][name]["file"]).is_file()
+    password = (COMPOSE.parent / "secrets" / "postgres-password").read_text().strip()
+    assert f":{password}@postgres:5432/" in (COMPOSE.parent / "secrets" / "postgres-url").read_text()
+    assert "postgres-data" in doc["volumes"]
 
 
 def test_compose_mounts_prometheus_and_grafana_config() -> None:
@@ -279,9 +306,14 @@ def test_prometheus_scrapes_every_worker_and_the_api() -> None:
     assert int(api["environment"]["HOTBOARD_API_METRICS_PORT"]) == API_METRICS_PORT
     assert str(API_METRICS_PORT) in api["expose"]
     assert all(str(API_METRICS_PORT) not in str(port) for port in api["ports"]), "/metrics published to the host"
+    assert targets["hotboard-archiver"] == [f"archiver:{WORKER_PORT}"]
+    # the archiver runs the worker's loop: only its own metrics are kept, or the worker panels would count it
+    relabel = jobs["hotboard-archiver"]["metric_relabel_configs"]
+    assert relabel[-1] == {"source_labels": ["__name__"], "regex": "hotboard_archive_.*", "action": "keep"}
+    assert relabel[0]["replacement"] == "hotboard_archive_windows_total"
     assert config["rule_files"] == ["alerts.yml"]
     services = compose()["services"]
-    for target in (*targets["hotboard-worker"], *targets["hotboard-api"]):
+    for target in (*targets["hotboard-worker"], *targets["hotboard-api"], *targets["hotboard-archiver"]):
         assert target.split(":")[0] in services
 
 
@@ -295,6 +327,8 @@ def test_alert_rules_have_severity_annotations_and_runbook_url() -> None:
         "HotboardDeadLetters",
         "HotboardWorkerDown",
         "HotboardSavingsRatioCollapsed",
+        "HotboardArchiveLagging",
+        "HotboardArchiverDown",
     } <= names
     for rule in rules:
         assert rule["labels"]["severity"] in {"page", "ticket"}, rule["alert"]
@@ -355,6 +389,9 @@ def test_dashboard_covers_the_issue_panels() -> None:
         "hotboard_api_requests_total",
         "hotboard_api_request_seconds_bucket",
         'hotboard_api_cache_total{result="hit"}',
+        "hotboard_archive_lag_records",
+        "hotboard_archive_last_window_age_seconds",
+        "hotboard_archive_windows_total",
     ):
         assert needle in exprs, needle
     assert "histogram_quantile(0.5," in exprs
@@ -377,7 +414,7 @@ def test_manifests_parse_and_reference_the_image() -> None:
     docs = manifests()
     assert all({"apiVersion", "kind", "metadata"} <= set(doc) for doc in docs)
     deployments = by_kind("Deployment")
-    assert set(deployments) == {"hotboard-worker", "hotboard-api"}
+    assert set(deployments) == {"hotboard-worker", "hotboard-api", "hotboard-archiver"}
     for deployment in deployments.values():
         spec = deployment["spec"]
         assert "replicas" not in spec, "the autoscaler owns the replica count"
@@ -390,6 +427,7 @@ def test_manifests_parse_and_reference_the_image() -> None:
         assert pod["securityContext"]["runAsUser"] != 0
     assert container(deployments["hotboard-worker"])["args"] == ["worker"]
     assert container(deployments["hotboard-api"])["args"] == ["api"]
+    assert container(deployments["hotboard-archiver"])["args"] == ["archiver"]
 
 
 def test_worker_deployment_probes_and_graceful_shutdown() -> None:
@@ -451,7 +489,7 @@ def test_keda_scales_workers_on_lag_up_to_the_partition_count() -> None:
 def test_kafka_and_redis_are_external_services() -> None:
     services = by_kind("Service")
     config = by_kind("ConfigMap")["hotboard-config"]["data"]
-    for name in ("kafka", "redis"):
+    for name in ("kafka", "redis", "postgres"):
         assert services[name]["spec"]["type"] == "ExternalName"
     kafka_host, kafka_port = config["HOTBOARD_KAFKA"].split(":")
     assert kafka_host == "kafka"
@@ -466,6 +504,19 @@ def test_kafka_and_redis_are_external_services() -> None:
     readme = (K8S / "README.md").read_text()
     assert "kubectl create secret generic hotboard-redis" in readme
     assert "--from-literal=worker-url=" in readme and "--from-literal=api-url=" in readme
+    assert "kubectl create secret generic hotboard-postgres" in readme and "@postgres:5432/" in readme
+
+
+def test_archiver_deployment_reads_the_archive_url_from_a_secret() -> None:
+    deployment = by_kind("Deployment")["hotboard-archiver"]
+    c = container(deployment)
+    env = {e["name"]: e for e in c["env"]}
+    assert env["HOTBOARD_POSTGRES"]["valueFrom"]["secretKeyRef"] == {"name": "hotboard-postgres", "key": "url"}
+    assert redis_url_source(deployment)["secretKeyRef"] == {"name": "hotboard-redis", "key": "worker-url"}
+    assert int(env["HOTBOARD_WINDOW_MS"]["value"]) == 5000
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": WORKER_PORT}
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 30
 
 
 def redis_url_source(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -531,6 +582,17 @@ def test_network_policy_of_the_workers() -> None:
     services = by_kind("Service")
     assert services["kafka"]["spec"]["externalName"].split(".")[1] == "kafka"  # the namespaces egress names
     assert services["redis"]["spec"]["externalName"].split(".")[1] == "redis"
+
+
+def test_network_policy_of_the_archiver() -> None:
+    """Archiver: in, only Prometheus on the ops port; out, only Kafka, Redis, PostgreSQL and DNS."""
+    spec = _policy_for("archiver")
+    ((rule),) = spec["ingress"]
+    assert rule["from"] == [PROMETHEUS_PEER] and _ports(rule) == {("TCP", "metrics")}
+    egress = _egress(spec)
+    assert set(egress) == {("TCP", 9092), ("TCP", 6379), ("TCP", 5432), *DNS}
+    assert _namespace(egress["TCP", 5432]) == "postgres"
+    assert by_kind("Service")["postgres"]["spec"]["externalName"].split(".")[1] == "postgres"
 
 
 def test_network_policy_of_the_api() -> None:

@@ -1,0 +1,124 @@
+"""What a worker does when Redis lost history Kafka no longer holds (a partition halted ``redis_lost`` or
+``retention_lost``): halt and wait for an operator, or, with an archive (``--postgres``; ``--on-redis-loss
+restore``, the default then), restore every archived board from it and carry on.
+
+The restore (:func:`archive.restore.restore`) swaps each board in whole with its watermarks and lowers the
+topic's checkpoints to the archive's; then the halts it answers are lifted, so the next look at each partition
+(``halt_recheck_s``) positions it from the archive's checkpoint and the tail the archive lacks replays once (the
+restored watermarks skip what the boards hold). It runs beside the flush loop, never inside it: the worker's
+other partitions keep flowing. A partition is restored for at most once per process: if the archive does not
+reach back far enough either (its own checkpoint was deleted by retention too), the partition halts again and
+stays halted for an operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Self
+
+from archive.pool import Archive
+from archive.restore import Restored, restore
+from flusher.batch import Sink
+from ingest.errors import TRANSIENT
+from ingest.partitions import Halt, HaltReason
+from ingest.settings import WorkerSettings
+from ingest.worker import Worker
+
+log = logging.getLogger(__name__)
+
+#: Connect and statement timeout of the archive, as the archiver's default.
+ARCHIVE_TIMEOUT_S = 10.0
+#: The halts an archive can answer: history that is gone from Redis and from Kafka alike.
+RESTORABLE = frozenset({HaltReason.REDIS_LOST, HaltReason.RETENTION_LOST})
+
+
+def restores(settings: WorkerSettings) -> bool:
+    """Whether this worker restores from the archive on a loss (``auto``: when an archive is configured)."""
+    if settings.on_redis_loss == "auto":
+        return bool(settings.postgres)
+    return settings.on_redis_loss == "restore"
+
+
+class LossRestorer:
+    """Watches the halted partitions (:meth:`note`, once per tick) and answers each restorable one with one
+    restore from the archive, run as a task of its own."""
+
+    def __init__(self, settings: WorkerSettings, redis: Any, sink: Sink) -> None:
+        self._settings = settings
+        self._redis = redis
+        self._sink = sink
+        self._tried: set[int] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.restores = 0
+
+    def note(self, halted: Mapping[int, Halt]) -> None:
+        if self._task is not None and not self._task.done():
+            return
+        due = sorted(p for p, h in halted.items() if h.reason in RESTORABLE and p not in self._tried)
+        if due:
+            self._task = asyncio.create_task(self._restore(due), name="hotboard-restore")
+
+    async def _restore(self, partitions: list[int]) -> None:
+        s = self._settings
+        log.warning("partitions %s lost history Kafka no longer holds: restoring from the archive", partitions)
+
+        def progress(done: Restored) -> None:
+            log.info("restored %s: %d players", done.board, done.players)
+
+        try:
+            async with Archive(s.postgres, ARCHIVE_TIMEOUT_S) as archive:
+                done = await restore(archive, self._redis, s.topic, None, progress)
+            # the halts this restore answers: lifted, so the next look positions from the archive's checkpoints
+            _, halts = await self._sink.load_positions(partitions)
+            for p, recorded in halts.items():
+                await self._sink.lift_halt(p, recorded, False)
+        except TRANSIENT as exc:  # the archive (an OSError when away) or Redis away: tried again at the next tick
+            log.error("restore from the archive failed (%r); retrying", exc)
+            await asyncio.sleep(s.halt_recheck_s)
+            return
+        self._tried.update(partitions)
+        self.restores += 1
+        log.warning(
+            "restored %d boards (%d players) from the archive; partitions %s resume from its checkpoints",
+            len(done),
+            sum(d.players for d in done),
+            partitions,
+        )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class RestoringWorker:
+    """A worker whose losses a restore from the archive answers: ``async with RestoringWorker(settings) as w:
+    await w.run()`` (what ``hotboard worker`` runs when :func:`restores`)."""
+
+    def __init__(self, settings: WorkerSettings, *, handle_signals: bool = True) -> None:
+        self.worker = Worker(settings, handle_signals=handle_signals)
+        self.restorer = LossRestorer(settings, self.worker.redis, self.worker.sink)
+        self.worker.on_halts = self.restorer.note
+
+    async def __aenter__(self) -> Self:
+        await self.worker.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            await self.restorer.close()
+        finally:
+            await self.worker.__aexit__(exc_type, exc, tb)
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    async def run(self) -> None:
+        await self.worker.run()

@@ -1,0 +1,100 @@
+"""``hotboard audit`` against a running worker and archiver: 0 differences on exact boards while events still
+flow (the events between Redis's and the archive's watermarks read back from Kafka), and the one player corrupted
+on purpose (a ZINCRBY behind the worker's back) named with its board."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+
+from cli.devstack import RedisServer
+from hotboard import keys
+from hotboard.boards import BoardDef
+from hotboard.codec import Event
+from tests.integration.archive_harness import archiver_process, wait_archived
+from tests.integration.conftest import Spawn
+from tests.integration.harness import Feeder, declare_boards, skewed_events, totals_of, wait_exact
+
+pytestmark = pytest.mark.integration
+
+#: board-1 ranks equal scores by who reached them first (tie times audited); board-2 gets sets among its incrs.
+DEFINITIONS = {"board-1": BoardDef(ties="earliest")}
+
+
+def mixed(events: list[Event]) -> list[Event]:
+    out = []
+    for i, e in enumerate(events):
+        if e.board == "board-2" and i % 11 == 0:
+            e = e._replace(op="set", score=(e.delta or 0) * 3, delta=None)
+        out.append(e._replace(meta=orjson.dumps({"n": i})) if i % 5 == 0 else e)
+    return out
+
+
+def run_audit(kafka: str, redis_url: str, postgres_url: str, topic: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", "audit", "--postgres", postgres_url],
+        env={"HOTBOARD_REDIS": redis_url, "HOTBOARD_TOPIC": topic, "HOTBOARD_KAFKA": kafka},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_audit_is_clean_under_load_and_names_a_corrupted_player(
+    kafka: str,
+    topic_factory: Callable[..., str],
+    redis_server: RedisServer,
+    postgres_url: str,
+    spawn: Spawn,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(4)
+    declare_boards(redis_server.url, DEFINITIONS)
+    events = mixed(skewed_events(40_000))
+    head, tail = events[:10_000], events[10_000:]
+    worker = spawn(redis_server.url, topic, "worker")
+    archiver = archiver_process(kafka, redis_server.url, postgres_url, topic, f"g-{uuid.uuid4().hex[:8]}", tmp_path)
+    try:
+        archiver.start()
+        worker.wait_ready()
+        archiver.wait_ready()
+        Feeder(kafka, topic, head, rate=10_000).finish()
+        archiver.wait_metric("hotboard_windows_total", 1, result="flushed")
+        feeder = Feeder(kafka, topic, tail, rate=2_000)
+        feeder.start()
+        archiver.wait_metric(
+            "hotboard_windows_total", archiver.metric("hotboard_windows_total", result="flushed") + 1, result="flushed"
+        )
+        during = run_audit(kafka, redis_server.url, postgres_url, topic)
+        assert feeder.is_alive(), "the audit must run while events flow"
+        assert during.returncode == 0, during.stdout + during.stderr
+        assert "events in between" in during.stdout and "0 boards not exact" in during.stdout, during.stdout
+        assert any(
+            int(line.split(" events in between")[0].rsplit(" ", 1)[1]) > 0
+            for line in during.stdout.splitlines()
+            if " events in between" in line
+        ), f"the archive was never behind Redis: the test proves nothing\n{during.stdout}"
+        feeder.finish()
+        expected = {b: t for b, t in totals_of(events).items() if b == "global"}
+        wait_exact(redis_server.url, expected)
+        wait_archived(postgres_url, expected)
+
+        r = redis.Redis.from_url(redis_server.url)
+        first = r.zrange(keys.board_key("global"), 0, 0)[0]
+        assert isinstance(first, bytes)
+        victim = first.decode()
+        r.zincrby(keys.board_key("global"), 1, victim)
+        r.close()
+        after = run_audit(kafka, redis_server.url, postgres_url, topic)
+        assert after.returncode == 1, after.stdout + after.stderr
+        differs = [line for line in after.stdout.splitlines() if line.startswith("DIFFERS")]
+        assert len(differs) == 1 and f"board=global player={victim} " in differs[0], after.stdout
+    finally:
+        archiver.cleanup()
