@@ -5,11 +5,9 @@ limits, idempotent retries (records counted on the topic) and a broker that stop
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +17,18 @@ import pytest
 
 from cli.devstack import KafkaBroker, create_topic
 from cli.process import free_port
-from ingest.worker import Worker
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAnswer
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
-from tests.integration.harness import read_topic, worker_settings
-from tests.integration.reader_harness import api_server, asgi_client, conforms, metrics_text, reference_ranking
+from tests.integration.harness import read_topic
+from tests.integration.reader_harness import (
+    api_server,
+    asgi_client,
+    conforms,
+    metrics_text,
+    reference_ranking,
+    running_worker,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -35,18 +39,6 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture
 def topic(topic_factory: Callable[..., str]) -> str:
     return topic_factory(partitions=4)
-
-
-@contextlib.asynccontextmanager
-async def running_worker(kafka: str, redis_url: str, topic: str) -> AsyncIterator[Worker]:
-    settings = worker_settings(kafka, redis_url, topic, f"writes-{os.getpid()}-{topic}")
-    async with Worker(settings, handle_signals=False) as worker:
-        task = asyncio.create_task(worker.run())
-        try:
-            yield worker
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 30)
 
 
 def api(redis_url: str, kafka: str, topic: str, **kw: Any) -> ApiSettings:
