@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from reader_api import answers as a
-from reader_api import consistency, docs, sse, write_bodies, writes
+from reader_api import consistency, docs, live_page, sse, write_bodies, writes
 from reader_api.endpoint import READ_ERRORS, Ask, Doc, Endpoint
 from reader_api.errors import JSON
 from reader_api.params import after_param, check_board, check_player, ids_param, int_param, period_param
@@ -226,6 +226,8 @@ ENDPOINTS = (
     Endpoint("/openapi.json", openapi),
     Endpoint("/docs", docs.page),
     Endpoint("/docs/{asset}", docs.asset),
+    Endpoint("/", live_page.page),
+    Endpoint("/live/{asset}", live_page.asset),
 )
 ALL_ENDPOINTS = (*ENDPOINTS, *WRITE_ENDPOINTS)
 
