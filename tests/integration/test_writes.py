@@ -14,9 +14,11 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 
 from cli.devstack import KafkaBroker, create_topic
 from cli.process import free_port
+from reader_api import tokens
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAnswer
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
@@ -273,3 +275,39 @@ async def test_many_waiters_on_one_board_share_one_poller(kafka: str, topic: str
         assert isinstance(transport, httpx.ASGITransport)
         polls = transport.app.state.reader.after.watermarks.polls  # type: ignore[attr-defined]
         assert 5 <= polls <= 40, polls  # 400 ms / 20 ms, with slack for a slow machine; 50 per tick if per request
+
+
+async def test_a_write_goes_out_in_batches_keyed_by_player_and_its_token_names_each_partitions_last_record(
+    kafka: str, topic: str, redis_url: str
+) -> None:
+    """Three writes of 1,000 events (enough to fill batches): every record on the partition murmur2 of its
+    player gives (what ``send()`` and every librdkafka client pick), each player's events in the order sent, and
+    each token's marks the offsets of that write's last record per partition."""
+    partitioner = DefaultPartitioner()
+    sent: list[dict[str, Any]] = []
+    marks: dict[int, int] = {}
+    settings = api(redis_url, kafka, topic, api_write_burst=10_000)
+    async with asgi_client(create_app(settings)) as c:
+        for round_no in range(3):
+            pad = {"pad": "x" * 60}
+            events = [{"player": f"p{i % 97}", "delta": round_no * 1000 + i, "meta": pad} for i in range(1000)]
+            r = await c.post("/v1/events", json=events, headers=AUTH)
+            assert r.status_code == 200 and r.json()["accepted"] == 1000, r.text
+            token = tokens.decode(r.json()["token"])
+            assert all(token[p] > marks.get(p, -1) for p in token)
+            marks.update(token)
+            sent += events
+    records = await read_topic(kafka, topic, len(sent))
+    assert len(records) == len(sent)
+    partitions = sorted({r.partition for r in records} | set(range(4)))
+    last = {p: max(r.offset for r in records if r.partition == p) for p in {r.partition for r in records}}
+    assert marks == last
+    for record in records:
+        assert record.partition == partitioner(record.key, partitions, partitions)
+    by_player: dict[str, list[int]] = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        assert record.key is not None and record.value is not None
+        by_player.setdefault(record.key.decode(), []).append(orjson.loads(record.value)["delta"])
+    assert by_player == {
+        name: [e["delta"] for e in sent if e["player"] == name] for name in {e["player"] for e in sent}
+    }
