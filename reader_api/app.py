@@ -28,6 +28,7 @@ from reader_api.reader import Reader
 from reader_api.routes import routes
 from reader_api.seasons import Clock, wall_clock_ms
 from reader_api.settings import ApiSettings
+from reader_api.streams import StreamMetrics, Streams
 from reader_api.waits import Watermarks
 from reader_api.write_metrics import WriteMetrics
 from reader_api.writes import Writes
@@ -93,6 +94,7 @@ def create_app(
     producer of the writes (default: one to ``settings.kafka``). With ``settings.kafka`` set the app writes."""
     metrics = ApiMetrics()
     write_metrics = WriteMetrics(metrics.registry)
+    stream_metrics = StreamMetrics(metrics.registry)
     writing = bool(settings.kafka)
 
     @asynccontextmanager
@@ -109,6 +111,7 @@ def create_app(
         reader = app.state.reader = Reader(client, cache, metrics, clock)
         watermarks = Watermarks(client, settings.topic, settings.api_wait_poll_ms / 1000)
         reader.after = AfterWaits(watermarks, settings.api_wait_ms, settings.api_max_wait_ms, write_metrics)
+        streams = app.state.streams = Streams(stream_metrics, settings)
         writes = None
         if writing:
             writes = app.state.writes = Writes(settings, client, reader, watermarks, write_metrics, producer)
@@ -116,6 +119,7 @@ def create_app(
         try:
             yield
         finally:
+            await streams.close()
             if writes is not None:
                 await writes.close()
             await watermarks.close()

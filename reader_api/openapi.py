@@ -14,8 +14,9 @@ from typing import Annotated, Any, NotRequired, Union, get_args, get_origin, get
 from hotboard.keys import BOARD_RE, PLAYER_MAX_CHARS
 from reader_api import tokens
 from reader_api.answers import ErrorBody, Schema
+from reader_api.endpoint import Endpoint
 from reader_api.params import INT_PARAMS, MAX_IDS, MAX_PERIOD_CHARS
-from reader_api.routes import BOARDS, Endpoint, served
+from reader_api.routes import BOARDS, served
 
 REF = "#/components/schemas/{model}"
 JSON = "application/json"
@@ -185,6 +186,13 @@ def _json(answer: type, description: str, headers: dict[str, Any] | None = None)
     return response
 
 
+def _events(answer: type, description: str, media: str) -> dict[str, Any]:
+    """A stream of events whose ``data`` each holds one ``answer`` (the schema says what one event carries)."""
+    ref = REF.format(model=answer.__name__)
+    schema = {"type": "string", "description": f"Server-Sent Events; each event's data is a {answer.__name__}"}
+    return {"description": description, "content": {media: {"schema": schema, "x-event-data": {"$ref": ref}}}}
+
+
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "string"}}}
 
 
@@ -205,7 +213,8 @@ def _operation(endpoint: Endpoint, max_request_line_bytes: int, max_wait_ms: int
         operation["security"] = [{"bearer": []}]
         operation.setdefault("parameters", []).append(_IDEMPOTENCY)
     also = {str(status): _json(answer, means) for status, answer, means in doc.also}
-    operation["responses"] = {"200": _json(doc.answer, doc.answered), **also, **errors}
+    ok = _json(doc.answer, doc.answered) if doc.media == JSON else _events(doc.answer, doc.answered, doc.media)
+    operation["responses"] = {"200": ok, **also, **errors}
     return {endpoint.method.lower(): operation}
 
 

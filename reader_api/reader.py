@@ -63,7 +63,7 @@ class Reader:
         except NotKept as exc:
             raise await period_not_found(self.redis, exc.board, exc.period_id, exc.kept) from None
 
-    async def _read(self, target: Target, read: Callable[[str], Awaitable[T]]) -> T:
+    async def read(self, target: Target, read: Callable[[str], Awaitable[T]]) -> T:
         """``read(name)``; a period board that does not exist (not started, or expired) is a period 404."""
         try:
             answer = await read(target.name)
@@ -77,13 +77,13 @@ class Reader:
     async def top(self, target: Target, offset: int, limit: int) -> bytes:
         name = target.name
         if not self.cache.enabled:
-            found = await self._read(target, lambda n: self.snapshots.top(n, offset, limit))
+            found = await self.read(target, lambda n: self.snapshots.top(n, offset, limit))
             assert found is not None
             return orjson.dumps(found[1])
         key = (name, offset, limit)
         cached = self.cache.get(key)
         known = None if cached is None else cached.version
-        found = await self._read(target, lambda n: self.snapshots.top(n, offset, limit, known))
+        found = await self.read(target, lambda n: self.snapshots.top(n, offset, limit, known))
         if found is None:
             assert cached is not None
             self.metrics.cache_hit.inc()
@@ -98,13 +98,13 @@ class Reader:
         return body
 
     async def player(self, target: Target, player: str) -> bytes:
-        return orjson.dumps(await self._read(target, lambda n: self.snapshots.player(n, player)))
+        return orjson.dumps(await self.read(target, lambda n: self.snapshots.player(n, player)))
 
     async def around(self, target: Target, player: str, radius: int) -> bytes:
-        return orjson.dumps(await self._read(target, lambda n: self.snapshots.around(n, player, radius)))
+        return orjson.dumps(await self.read(target, lambda n: self.snapshots.around(n, player, radius)))
 
     async def players(self, target: Target, ids: Sequence[str]) -> bytes:
-        return orjson.dumps(await self._read(target, lambda n: self.snapshots.players(n, ids)))
+        return orjson.dumps(await self.read(target, lambda n: self.snapshots.players(n, ids)))
 
     async def boards(self, after: str | None, limit: int) -> bytes:
         """One page of the board index with each board's definition (two round trips, whatever the count).
@@ -119,7 +119,7 @@ class Reader:
         return orjson.dumps(listing)
 
     async def board(self, target: Target) -> bytes:
-        return orjson.dumps(await self._read(target, self.snapshots.board))
+        return orjson.dumps(await self.read(target, self.snapshots.board))
 
     async def periods(self, board: str) -> bytes:
         """The kept periods that exist, newest first (the definition read fresh; see :class:`KeptPeriods`)."""

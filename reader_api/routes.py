@@ -5,10 +5,7 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
 
 import orjson
 from redis.exceptions import RedisError
@@ -17,66 +14,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from reader_api import answers as a
-from reader_api import consistency, docs, write_bodies, writes
+from reader_api import consistency, docs, live_page, sse, write_bodies, writes
+from reader_api.endpoint import READ_ERRORS, Ask, Doc, Endpoint
 from reader_api.errors import JSON
 from reader_api.params import after_param, check_board, check_player, ids_param, int_param, period_param
 from reader_api.reader import Reader
 from reader_api.seasons import Target
-
-#: (reader, path parameters, query) -> the body of a 200; a failure raises (ApiError, RedisError, ...).
-Ask = Callable[[Reader, Mapping[str, str], Mapping[str, str]], Awaitable[bytes]]
-Handler = Callable[[Request], Awaitable[Response]]
-
-SNAPSHOT = "Answer from one consistent snapshot"
-#: status -> what it means; every 503 carries Retry-After.
-READ_ERRORS = (
-    (
-        404,
-        "Unknown board or player, or a period not kept or not started (period_not_found; the "
-        "message names the kept periods that exist)",
-    ),
-    (422, "Invalid parameter, named in `parameter`"),
-    (
-        503,
-        "Redis unreachable, or the board's stored meta is corrupt (the message names the key); retry "
-        "after Retry-After seconds",
-    ),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Doc:
-    """How an endpoint appears in the OpenAPI document."""
-
-    operation: str
-    summary: str
-    answer: type  # its 200 body, a type of reader_api.answers
-    answered: str = SNAPSHOT
-    tag: str = "leaderboard"
-    errors: tuple[tuple[int, str], ...] = READ_ERRORS
-    #: Other successful answers: (status, answer type, when).
-    also: tuple[tuple[int, type, str], ...] = ()
-    #: The OpenAPI requestBody object of a write.
-    request: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    path: str
-    handler: Handler
-    doc: Doc | None = None  # None: not part of the documented contract
-    #: The query keys the endpoint reads, in the document's order; the fast path hands any other to the app.
-    query: tuple[str, ...] = ()
-    #: Set for a read question that the fast path answers too (plain requests only; see reader_api.fastpath).
-    fast: Ask | None = None
-    method: str = "GET"
-    #: Served only when the API writes (``--kafka``): needs a bearer token.
-    write: bool = False
-
-    @property
-    def params(self) -> list[str]:
-        """The path parameters, in order: ``/v1/boards/{board}/top`` -> ``["board"]``."""
-        return re.findall(r"{(\w+)}", self.path)
 
 
 def _reader(request: Request) -> Reader:
@@ -273,6 +216,7 @@ ENDPOINTS = (
         fast=False,
         after=False,
     ),
+    *sse.STREAM_ENDPOINTS,
     Endpoint("/healthz", healthz, Doc("healthz", "The process is alive", a.Health, "Alive", "operations", ())),
     Endpoint(
         "/readyz",
@@ -282,6 +226,8 @@ ENDPOINTS = (
     Endpoint("/openapi.json", openapi),
     Endpoint("/docs", docs.page),
     Endpoint("/docs/{asset}", docs.asset),
+    Endpoint("/", live_page.page),
+    Endpoint("/live/{asset}", live_page.asset),
 )
 ALL_ENDPOINTS = (*ENDPOINTS, *WRITE_ENDPOINTS)
 

@@ -8,10 +8,11 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hotboard.redis_connect import RedisSettings
+from reader_api.stream_settings import StreamSettings
 from reader_api.write_settings import WriteSettings
 
 
-class ApiSettings(WriteSettings, RedisSettings):
+class ApiSettings(StreamSettings, WriteSettings, RedisSettings):
     model_config = SettingsConfigDict(env_prefix="HOTBOARD_", frozen=True, extra="ignore")
 
     api_read_from: Literal["master", "replica"] = Field(

@@ -257,7 +257,12 @@ class Snapshots:
         return player(board, name, await _PLAYER(self._redis, self._keys(board), [name]))
 
     async def around(self, board: str, name: str, radius: int) -> Neighbourhood:
-        return around(board, name, await _AROUND(self._redis, self._keys(board), [name, radius]))
+        return (await self.around_at(board, name, radius))[1]
+
+    async def around_at(self, board: str, name: str, radius: int) -> tuple[Header, Neighbourhood]:
+        """The neighbourhood and the board's side of the same reply (its version names a stream's event)."""
+        reply = await _AROUND(self._redis, self._keys(board), [name, radius])
+        return parse_header(reply, board), around(board, name, reply)
 
     async def players(self, board: str, ids: Sequence[str]) -> FriendsList:
         return players(board, ids, await _PLAYERS(self._redis, self._keys(board), list(ids)))

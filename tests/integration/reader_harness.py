@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -16,7 +17,9 @@ from prometheus_client import generate_latest
 from starlette.applications import Starlette
 
 from cli.process import LOOPBACK, Child, free_port, url_answers
+from ingest.worker import Worker
 from reader_api.openapi import REF, document
+from tests.integration.harness import worker_settings
 
 _SCHEMAS = document("hotboard API", "test", "", 8192, writes=True)["components"]
 
@@ -116,3 +119,16 @@ def api_process(redis_url: str, log_dir: Path, *extra: str, timeout_s: float = 2
     """``hotboard api`` as a child process on a free loopback port; yields its base URL."""
     with api_server(redis_url, log_dir, *extra, timeout_s=timeout_s) as server:
         yield server.url
+
+
+@contextlib.asynccontextmanager
+async def running_worker(kafka: str, redis_url: str, topic: str) -> AsyncIterator[Worker]:
+    """An in-process worker on ``topic`` (200 ms windows) for as long as the block runs."""
+    settings = worker_settings(kafka, redis_url, topic, f"api-{os.getpid()}-{topic}")
+    async with Worker(settings, handle_signals=False) as worker:
+        task = asyncio.create_task(worker.run())
+        try:
+            yield worker
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)

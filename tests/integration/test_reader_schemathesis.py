@@ -49,7 +49,7 @@ def api_base(redis_url: str, tmp_path: Path) -> Iterator[str]:
         client.hset(keys.meta_key("global"), mapping={keys.META_VERSION: 1, keys.META_AS_OF: 1})
     finally:
         client.close()
-    with api_process(redis_url, tmp_path, "--api-max-wait-ms", "50") as base:
+    with api_process(redis_url, tmp_path, "--api-max-wait-ms", "50", "--api-stream-max-s", "0.5") as base:
         yield base
 
 

@@ -5,27 +5,33 @@ limits, idempotent retries (records counted on the topic) and a broker that stop
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 
 from cli.devstack import KafkaBroker, create_topic
 from cli.process import free_port
 from hotboard import keys
-from ingest.worker import Worker
+from reader_api import tokens
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAnswer
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
-from tests.integration.harness import read_topic, worker_settings
-from tests.integration.reader_harness import api_server, asgi_client, conforms, metrics_text, reference_ranking
+from tests.integration.harness import read_topic
+from tests.integration.reader_harness import (
+    api_server,
+    asgi_client,
+    conforms,
+    metrics_text,
+    reference_ranking,
+    running_worker,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -36,18 +42,6 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture
 def topic(topic_factory: Callable[..., str]) -> str:
     return topic_factory(partitions=4)
-
-
-@contextlib.asynccontextmanager
-async def running_worker(kafka: str, redis_url: str, topic: str) -> AsyncIterator[Worker]:
-    settings = worker_settings(kafka, redis_url, topic, f"writes-{os.getpid()}-{topic}")
-    async with Worker(settings, handle_signals=False) as worker:
-        task = asyncio.create_task(worker.run())
-        try:
-            yield worker
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 30)
 
 
 def api(redis_url: str, kafka: str, topic: str, **kw: Any) -> ApiSettings:
@@ -308,3 +302,39 @@ async def test_a_failure_after_the_produce_keeps_the_idempotency_key(
     assert first.status_code == 202 and first.json()["token"], first.text
     assert (again.status_code, again.content) == (first.status_code, first.content)
     assert retry.status_code == 202 and retry.json()["token"], retry.text
+
+
+async def test_a_write_goes_out_in_batches_keyed_by_player_and_its_token_names_each_partitions_last_record(
+    kafka: str, topic: str, redis_url: str
+) -> None:
+    """Three writes of 1,000 events (enough to fill batches): every record on the partition murmur2 of its
+    player gives (what ``send()`` and every librdkafka client pick), each player's events in the order sent, and
+    each token's marks the offsets of that write's last record per partition."""
+    partitioner = DefaultPartitioner()
+    sent: list[dict[str, Any]] = []
+    marks: dict[int, int] = {}
+    settings = api(redis_url, kafka, topic, api_write_burst=10_000)
+    async with asgi_client(create_app(settings)) as c:
+        for round_no in range(3):
+            pad = {"pad": "x" * 60}
+            events = [{"player": f"p{i % 97}", "delta": round_no * 1000 + i, "meta": pad} for i in range(1000)]
+            r = await c.post("/v1/events", json=events, headers=AUTH)
+            assert r.status_code == 200 and r.json()["accepted"] == 1000, r.text
+            token = tokens.decode(r.json()["token"])
+            assert all(token[p] > marks.get(p, -1) for p in token)
+            marks.update(token)
+            sent += events
+    records = await read_topic(kafka, topic, len(sent))
+    assert len(records) == len(sent)
+    partitions = sorted({r.partition for r in records} | set(range(4)))
+    last = {p: max(r.offset for r in records if r.partition == p) for p in {r.partition for r in records}}
+    assert marks == last
+    for record in records:
+        assert record.partition == partitioner(record.key, partitions, partitions)
+    by_player: dict[str, list[int]] = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        assert record.key is not None and record.value is not None
+        by_player.setdefault(record.key.decode(), []).append(orjson.loads(record.value)["delta"])
+    assert by_player == {
+        name: [e["delta"] for e in sent if e["player"] == name] for name in {e["player"] for e in sent}
+    }

@@ -221,9 +221,13 @@ def test_openapi_document_covers_every_endpoint() -> None:
         "/v1/boards",
         "/v1/boards/{board}",
         "/v1/boards/{board}/periods",
+        "/v1/boards/{board}/top/stream",
+        "/v1/boards/{board}/players/{player}/around/stream",
         "/healthz",
         "/readyz",
     }
+    streamed = doc["paths"]["/v1/boards/{board}/top/stream"]["get"]["responses"]["200"]["content"]
+    assert set(streamed) == {"text/event-stream"}
     limit = doc["paths"]["/v1/boards/{board}/top"]["get"]["parameters"][1]
     assert limit["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
     assert {"TopPage", "Entry", "ErrorBody", "BoardList", "BoardSummary", "BoardInfo"} <= set(
