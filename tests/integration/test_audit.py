@@ -4,6 +4,7 @@ on purpose (a ZINCRBY behind the worker's back) named with its board."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import uuid
@@ -72,7 +73,15 @@ def test_audit_is_clean_under_load_and_names_a_corrupted_player(
         archiver.wait_metric(
             "hotboard_windows_total", archiver.metric("hotboard_windows_total", result="flushed") + 1, result="flushed"
         )
-        during = run_audit(kafka, redis_server.url, postgres_url, topic)
+        # The archive behind Redis by construction: the archiver frozen while the worker applies more windows
+        # (a fast machine lets it catch up between windows otherwise, and the audit would read nothing between).
+        archiver.signal(signal.SIGSTOP)
+        try:
+            flushed = worker.metric("hotboard_windows_total", result="flushed")
+            worker.wait_metric("hotboard_windows_total", flushed + 2, result="flushed")
+            during = run_audit(kafka, redis_server.url, postgres_url, topic)
+        finally:
+            archiver.signal(signal.SIGCONT)
         assert feeder.is_alive(), "the audit must run while events flow"
         assert during.returncode == 0, during.stdout + during.stderr
         assert "events in between" in during.stdout and "0 boards not exact" in during.stdout, during.stdout
