@@ -1,6 +1,7 @@
 """``hotboard boards delete NAME`` and ``hotboard boards erase NAME PLAYER``: remove a board, or a player from one
 (a user's right to erasure), while workers run. The rules (delete point, what a replay from Kafka does) are
-:mod:`hotboard.board_removal`'s; this module reads the log's end from Kafka, waits where erasing must, prints.
+:mod:`hotboard.board_removal`'s, the archive's half (``--postgres``) :mod:`archive.removal`'s; this module reads
+the log's end from Kafka, waits where erasing must, prints.
 """
 
 from __future__ import annotations
@@ -44,13 +45,14 @@ def add_parsers(leaves: Any) -> list[tuple[argparse.ArgumentParser, Command]]:
     delete = leaves.add_parser(
         "delete",
         help="delete a board (scores, meta, definition); its events so far never count again, later ones "
-        "start it afresh",
+        "start it afresh; with --postgres in the archive too (pass it whenever an archiver runs)",
     )
     delete.add_argument("name")
     erase = leaves.add_parser(
         "erase",
         help="remove a player from a board (score, tie time, meta) once every event sent before is applied; "
-        "stop sending the player's events first, or later ones count again",
+        "stop sending the player's events first, or later ones count again; with --postgres in the archive too, "
+        "once the archivers applied them as well",
     )
     erase.add_argument("name")
     erase.add_argument("player")
@@ -58,7 +60,8 @@ def add_parsers(leaves: Any) -> list[tuple[argparse.ArgumentParser, Command]]:
         "--wait-s",
         type=float,
         default=DEFAULT_WAIT_S,
-        help=f"how long to wait for the workers to apply the events sent before (default {DEFAULT_WAIT_S:g})",
+        help=f"how long to wait for the workers (and archivers) to apply the events sent before "
+        f"(default {DEFAULT_WAIT_S:g})",
     )
     for leaf in (delete, erase):
         add_options(leaf, RedisSettings)
