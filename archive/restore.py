@@ -87,12 +87,14 @@ class Restored:
 async def board_names(archive: Archive, board: str | None) -> list[str]:
     """Every archived board (periods included), or ``board`` and its periods."""
     async with archive.connection() as conn:
-        if board is None:
-            rows = await conn.fetch("SELECT board FROM hb_boards ORDER BY board")
-        else:
-            rows = await conn.fetch(
-                "SELECT board FROM hb_boards WHERE board = $1 OR board LIKE $2 ORDER BY board", board, f"{board}@%"
-            )
+        # a deleted board's watermarks are restored too: replayed events of it stay skipped
+        rows = await conn.fetch(
+            "SELECT board FROM (SELECT board FROM hb_boards UNION SELECT board FROM hb_watermarks WHERE field = $1) b "
+            "WHERE $2::text IS NULL OR board = $2 OR board LIKE $3 ORDER BY board",
+            keys.APPLIED_DELETED_VERSION,
+            board,
+            f"{board}@%",
+        )
     return [r["board"] for r in rows]
 
 
@@ -123,6 +125,12 @@ async def restore_board(archive: Archive, redis: Redis, topic: str, board: str, 
         row = await conn.fetchrow(
             "SELECT spec, expires_at_ms, version, as_of_ms FROM hb_boards WHERE board = $1", board
         )
+        floor = await conn.fetchval(
+            "SELECT last_offset FROM hb_watermarks WHERE board = $1 AND field = $2", board, keys.APPLIED_DELETED_VERSION
+        )
+        if floor is not None and (row is None or row["version"] <= floor):  # deleted and not written since
+            await _restore_deleted(conn, redis, topic, board, live, twin)
+            return None
         if row is None or 0 < row["expires_at_ms"] <= now_ms:
             return None
         definition = from_spec(row["spec"])
@@ -161,6 +169,16 @@ async def restore_board(archive: Archive, redis: Redis, topic: str, board: str, 
     if period is None:
         await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
     return Restored(board, players)
+
+
+async def _restore_deleted(conn: Any, redis: Redis, topic: str, board: str, live: list[str], twin: list[str]) -> None:
+    """A deleted board: only its watermarks (and deleted version) come back, every other key of it goes."""
+    await redis.delete(*twin)
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        lowered = await _checkpoint_args(conn, topic)
+        marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
+    await redis.hset(twin[1], mapping={r["field"]: r["last_offset"] for r in marks})
+    await _SWAP(redis, [*live, *twin, keys.checkpoint_key(topic)], [-1, 0, *lowered])
 
 
 #: The fields a period's definition copy holds (what the flush script seeds, see hotboard.lua).
