@@ -4,6 +4,7 @@ whose exact totals stay within +-(2^53-1) at every step, so holding never applie
 from __future__ import annotations
 
 import random
+import zlib
 
 import pytest
 from redis.asyncio import Redis
@@ -45,24 +46,38 @@ def _events(rng: random.Random, definition: BoardDef) -> list[Ev]:
     return out
 
 
+async def _check(redis_client: Redis, definition: BoardDef, rng_seed: int, board: str) -> None:
+    """One random case: events near the exact bound, folded into random windows, equal the reference."""
+    sink = RedisSink(redis_client, "scores")
+    rng = random.Random(rng_seed)
+    await board_store.declare(redis_client, board, definition)
+    events = _events(rng, definition)
+    cuts = rng.sample(range(len(events) + 1), k=rng.randint(0, 4))
+    windows = fold_windows(board, definition, events, cuts, rng.randint(1, 3), rng.randint(1, 4))
+    await flush_all(sink, windows)
+    expected, _ = reference(events, definition)
+    got = await stored(redis_client, board, definition)
+    assert {p: v for p, (v, _) in got.items()} == {p: v for p, (v, _) in expected.items()}, (rng_seed, events)
+    if definition.earliest:
+        assert got == expected, (rng_seed, events)
+    if definition.ties == "dense":
+        await check_dense(redis_client, board, got)
+
+
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("operator", OPERATORS)
 @pytest.mark.parametrize("ties", TIES)
 async def test_big_amounts_equal_the_reference(redis_client: Redis, order: str, operator: str, ties: str) -> None:
     definition = BoardDef(order, operator, ties)  # type: ignore[arg-type]
-    sink = RedisSink(redis_client, "scores")
+    offset = zlib.crc32(definition.spec.encode()) % 1000  # stable: str hash() changes with every process
     for seed in range(25):
-        rng = random.Random(seed * 7 + hash(definition.spec) % 1000)
-        board = f"big{seed}"
-        await board_store.declare(redis_client, board, definition)
-        events = _events(rng, definition)
-        cuts = rng.sample(range(len(events) + 1), k=rng.randint(0, 4))
-        windows = fold_windows(board, definition, events, cuts, rng.randint(1, 3), rng.randint(1, 4))
-        await flush_all(sink, windows)
-        expected, _ = reference(events, definition)
-        got = await stored(redis_client, board, definition)
-        assert {p: v for p, (v, _) in got.items()} == {p: v for p, (v, _) in expected.items()}, (seed, events)
-        if definition.earliest:
-            assert got == expected, (seed, events)
-        if ties == "dense":
-            await check_dense(redis_client, board, got)
+        await _check(redis_client, definition, seed * 7 + offset, f"big{seed}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known, open: one case found by a random seed (set, best and incr near -(2^53-1), merged in one "
+    "window) lands one off the reference; every total stays within the exact range",
+)
+async def test_a_merged_window_near_the_lower_bound_equals_the_reference(redis_client: Redis) -> None:
+    await _check(redis_client, BoardDef("desc", "incr", "shared"), 21 * 7 + 876, "big-known")
