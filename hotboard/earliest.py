@@ -6,7 +6,7 @@ Which event last changed a score depends on the score before the window, which o
 keeps each player's events as a short list of :data:`Step` s that the flush script replays (:func:`replay` is
 the same rule in Python, the reference the script is tested against). Consecutive steps whose combined effect
 and change time are the same for every starting score merge into one (:func:`push`), so a player's list stays
-one step long for the usual streams: incr after incr, best after best, anything after a set.
+one step long for the usual streams: incr after incr of one sign, best after best, anything after a set.
 
 The extra operator ``put`` is a set that counts as a change even to an equal value: ``set 5, set 7`` is
 ``put 7`` (the second set changed the score whatever came before). Totals are held at +-MAX_EXACT after each
@@ -86,7 +86,14 @@ def push(steps: list[Step], step: Step, desc: bool) -> None:
         new = step_value(op, amount, last_amount, desc)
         if new != last_amount:
             steps[:] = [("put", new, ts)]
-    elif op == "incr" and last_op == "incr" and last_amount + amount != 0 and abs(last_amount + amount) <= MAX_EXACT:
+    elif (
+        op == "incr"
+        and last_op == "incr"
+        and (last_amount > 0) == (amount > 0)
+        and abs(last_amount + amount) <= MAX_EXACT
+    ):
+        # One sign only: from a score near the bound, +1 then -1 one by one is held in between (M, then M - 1),
+        # where +0 would leave M. Of one sign, a sum past the bound only goes further past it.
         steps[-1] = ("incr", last_amount + amount, ts)
     elif op == "best" and last_op == "best":
         if _better(amount, last_amount, desc):

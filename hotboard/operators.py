@@ -17,7 +17,8 @@ Arithmetic inside a window is exact (Python ints, no floats anywhere). Totals ar
 window is applied: :func:`result` is the exact sequential value, held there. A total that reaches the bound
 is held at each flush, as ZINCRBY totals are today, so splitting a window changes a result only when an
 intermediate total passed 2^53. :func:`script_args` gives the flush script numbers a double holds exactly.
-An incr-only board keeps its ``+=`` sum per player (the fast path): :func:`summed` is that sum as a fold.
+An incr-only board keeps its ``+=`` sum per player (the fast path): :func:`summed` is that sum as a fold, and
+:func:`carried` the form a window's sums take when one passes 2^53 (never held before it is applied).
 """
 
 from __future__ import annotations
@@ -27,7 +28,19 @@ from typing import NamedTuple
 from hotboard.boards import OPERATORS, ORDERS, Operator, Order
 from hotboard.keys import MAX_EXACT
 
-__all__ = ["OPERATORS", "ORDERS", "Folded", "Op", "Operator", "Order", "event", "fold", "result", "script_args"]
+__all__ = [
+    "OPERATORS",
+    "ORDERS",
+    "Folded",
+    "Op",
+    "Operator",
+    "Order",
+    "carried",
+    "event",
+    "fold",
+    "result",
+    "script_args",
+]
 
 
 class Op(NamedTuple):
@@ -111,6 +124,17 @@ def event(operator: str, amount: int, order: str = "desc") -> Folded:
 def summed(delta: int) -> Folded:
     """The fold of incr-only events whose deltas sum to ``delta``: what the fast path's ``+=`` holds."""
     return Folded(Op(delta), delta)
+
+
+def carried(deltas: dict[str, int]) -> dict[str, Folded] | None:
+    """Summed deltas in the clamp form when one of them leaves +-MAX_EXACT (None: every one is within and goes as
+    it is). A window's sum may pass 2^53 while the total it lands on does not (8, then -(2^53 - 1) and -1 in one
+    window: 8 - 2^53). Held at the bound before it is added, the delta would leave that total one off; a
+    double cannot carry it either (2^53 + 1 rounds), so it goes as :func:`script_args`' two parts and is held,
+    and counted, only where the script applies it. Rare: one comparison pass per batch otherwise."""
+    if max(deltas.values()) <= MAX_EXACT and min(deltas.values()) >= -MAX_EXACT:
+        return None
+    return {player: summed(delta) for player, delta in deltas.items()}
 
 
 def fold(state: Folded | None, step: Folded) -> Folded:

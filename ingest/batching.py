@@ -11,21 +11,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from flusher.batch import MAX_EXACT, BoardBatch
+from flusher.batch import BoardBatch
 from hotboard import earliest
 from hotboard.boards import DEFAULT
+from hotboard.operators import carried, summed
 from hotboard.operators import fold as op_fold
-from hotboard.operators import summed
 
 if TYPE_CHECKING:
     from ingest.folds import PartitionFold
 
 
 def merge(folds: dict[int, PartitionFold], max_players: int) -> tuple[list[BoardBatch], int]:
-    """The batches, and how many deltas were held at +-MAX_EXACT (a window's sum can pass 2^53 when each event
-    does not). Partitions of one player rarely overlap (the record key is the player id), so the common case is
-    adopting one partition's dict without copying it; summed shares take a short path (no share object, no
-    form checks), which is most of the work when a window touches 100,000 small boards."""
+    """The batches, and how many deltas were held here at +-MAX_EXACT: none, since a window's sum that passes
+    2^53 is carried to the script, which holds the total and counts it (:func:`_carry`). Partitions of one
+    player rarely overlap (the record key is the player id), so the common case is adopting one partition's dict
+    without copying it; summed shares take a short path (no share object, no form checks), which is most of the
+    work when a window touches 100,000 small boards."""
     out: list[BoardBatch] = []
     open_batch: dict[str, BoardBatch] = {}
     for partition, fold in folds.items():
@@ -55,7 +56,9 @@ def merge(folds: dict[int, PartitionFold], max_players: int) -> tuple[list[Board
                 _add(out, open_batch, share, partition, offset, max_players)
         for board in [*fold.ops, *fold.steps]:
             _add(out, open_batch, _share(fold, board), partition, offset, max_players)
-    return out, sum(_hold(batch) for batch in out)
+    for batch in out:
+        _carry(batch)
+    return out, 0
 
 
 def _add(
@@ -141,10 +144,10 @@ def _sum_into(merged: dict[str, int], deltas: dict[str, int]) -> None:
     merged.update(overlap)
 
 
-def _hold(batch: BoardBatch) -> int:
-    deltas = batch.deltas
-    if not deltas or (max(deltas.values()) <= MAX_EXACT and min(deltas.values()) >= -MAX_EXACT):
-        return 0
-    held = {p: max(-MAX_EXACT, min(MAX_EXACT, d)) for p, d in deltas.items()}
-    batch.deltas = held
-    return sum(1 for p, d in held.items() if d != deltas[p])
+def _carry(batch: BoardBatch) -> None:
+    """A batch whose summed delta passes +-MAX_EXACT goes in the clamp form, the delta carried exactly
+    (:func:`hotboard.operators.carried`); its dict, maybe a partition's own, is replaced, never changed."""
+    if batch.deltas and batch.states is None:
+        states = carried(batch.deltas)
+        if states is not None:
+            batch.deltas, batch.states = {}, states

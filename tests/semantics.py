@@ -45,23 +45,25 @@ class Ev:
         return orjson.dumps(body)
 
 
+def one_event(op: str, amount: int, value: int | None, desc: bool) -> int:
+    """The score after one event from ``value`` (None: no score yet), exact, never held."""
+    if op == "incr":
+        return (value or 0) + amount
+    if op == "decr":
+        return max((value or 0) - amount, 0)
+    if op == "set" or value is None:
+        return amount
+    return max(value, amount) if desc else min(value, amount)
+
+
 def reference(events: Sequence[Ev], definition: BoardDef) -> tuple[Board, dict[str, bytes]]:
     """Scores with tie times, and the last meta per player."""
     board: Board = {}
     metas: dict[str, bytes] = {}
     desc = definition.order == "desc"
     for e in events:
-        op = e.op or definition.operator
         old = board.get(e.player)
-        value = None if old is None else old[0]
-        if op == "incr":
-            new = (value or 0) + e.amount
-        elif op == "decr":
-            new = max((value or 0) - e.amount, 0)
-        elif op == "set" or value is None:
-            new = e.amount
-        else:
-            new = max(value, e.amount) if desc else min(value, e.amount)
+        new = one_event(e.op or definition.operator, e.amount, None if old is None else old[0], desc)
         if old is None or new != old[0]:
             board[e.player] = (new, e.ts)
         if e.meta is not None:

@@ -90,3 +90,14 @@ def test_merged_incr_steps_keep_the_tie_time_at_the_bound() -> None:
         push(merged, s, True)
     start = (MAX_EXACT - 1, 5)
     assert replay(merged, start, True) == replay(raw, start, True)
+
+
+def test_incr_steps_of_two_signs_stay_apart_at_the_bound() -> None:
+    """One by one, +M then -1 from a score of 1 is held in between (M, then M - 1); merged into +(M - 1) it left
+    M. Steps of one sign merge: a sum past the bound only goes further past it."""
+    raw: list[Step] = [("incr", 1, 10), ("incr", MAX_EXACT, 20), ("incr", -1, 30)]
+    merged: list[Step] = []
+    for s in raw:
+        push(merged, s, True)
+    assert replay(merged, None, True) == replay(raw, None, True) == (MAX_EXACT - 1, 30)
+    assert len(merged) == 3

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from flusher.batch import MAX_EXACT, BoardBatch
 from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Decoder, InvalidEvent, boards_to_check, decode_all
+from hotboard.operators import summed
 from hotboard.records import Record
 from ingest import plain_event
 from ingest.folds import PartitionFold
@@ -75,15 +76,16 @@ def test_batches_stay_within_max_players_without_splitting_a_partition() -> None
     assert sum(len(b.deltas) for b in batches) == 120
 
 
-def test_a_window_sum_beyond_2_53_is_held_at_the_exact_range() -> None:
+def test_a_window_sum_beyond_2_53_is_carried_exactly_in_the_clamp_form() -> None:
     w = Window()
     fold = w.fold_for(0)
     records = [_rec(i, "g", "whale", MAX_EXACT) for i in range(3)] + [_rec(3, "g", "minnow", -MAX_EXACT)]
     fold.fold_batch(records, {"g": DEFAULT}, Decoder())
     [batch], saturated = w.batches(10_000)
-    assert batch.deltas == {"whale": MAX_EXACT, "minnow": -MAX_EXACT}
-    assert saturated == 1
-    assert fold.boards["g"]["whale"] == 3 * MAX_EXACT  # the fold itself stays exact; only what is sent is held
+    assert batch.deltas == {}
+    assert batch.states == {"whale": summed(3 * MAX_EXACT), "minnow": summed(-MAX_EXACT)}
+    assert saturated == 0  # held, and counted, by the script that applies it
+    assert fold.boards["g"]["whale"] == 3 * MAX_EXACT  # the partition's own dict is untouched
 
 
 def test_totals_match_reference_for_random_streams() -> None:
