@@ -87,7 +87,7 @@ async def delete(
             await tr.rollback()
             raise
         await tr.commit()
-    return Deleted(True, floor, points)
+    return Deleted(True, floor, points, already_deleted=done.already_deleted and bool(absent))
 
 
 async def erase(archive: Archive, board: str, player: str, now_ms: int) -> bool:

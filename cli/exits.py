@@ -1,7 +1,7 @@
 """Exit codes every ``hotboard`` command shares, so scripts and orchestrators can tell outcomes apart."""
 
 EXIT_OK = 0
-#: The named board (or other object) does not exist.
+#: The named board (or other object) does not exist (``boards delete``: also a board deleted already).
 EXIT_NOT_FOUND = 1
 #: Invalid settings, arguments or input, or a refused request: retrying unchanged will not help.
 EXIT_CONFIG = 2

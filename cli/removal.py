@@ -117,12 +117,21 @@ async def _delete(redis: Client, args: argparse.Namespace) -> int:
     if not done.found:
         raise Refused(f"no board {args.name!r}: nothing to delete (see hotboard boards list)", EXIT_NOT_FOUND)
     point = {str(p): o for p, o in done.points.items()}
+    if done.already_deleted:  # a retry, or a second operator: say so, as for a board that never was (exit 1)
+        raise Refused(
+            f"board {args.name!r} was deleted already and not written since: nothing to delete (its events at or "
+            f"below partition:offset {_points(point)} never count)",
+            EXIT_NOT_FOUND,
+        )
     if args.json:
         _out(json.dumps({"board": args.name, "outcome": "deleted", "version": done.version, "delete_point": point}))
     else:
-        shown = " ".join(f"{p}:{o}" for p, o in point.items())
-        _out(f"deleted {args.name}: events of {topic} at or below partition:offset {shown} no longer count")
+        _out(f"deleted {args.name}: events of {topic} at or below partition:offset {_points(point)} no longer count")
     return 0
+
+
+def _points(point: Mapping[str, int]) -> str:
+    return " ".join(f"{p}:{o}" for p, o in point.items())
 
 
 async def _erase(redis: Client, args: argparse.Namespace) -> int:

@@ -31,6 +31,9 @@ class Deleted:
     version: int
     #: partition -> the delete point (-1: the partition had no event yet).
     points: dict[int, int]
+    #: Only what an earlier delete keeps was there (deleted before, not written or declared since): the
+    #: watermarks are raised to ``points`` all the same.
+    already_deleted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +68,20 @@ async def delete(redis: Client, topic: str, board: str, last_offsets: Mapping[in
         *(keys.board_key(board), keys.applied_key(board), keys.meta_key(board), keys.def_key(board)),
         *(keys.player_meta_key(board), keys.members_key(board), keys.dense_key(board), keys.counts_key(board)),
     ]
-    # Off the index first, then the keys: a window applied in between finds the board still there (and is
-    # fenced by the script's watermarks afterwards); one applied after the script lists the board again.
-    await redis.zrem(keys.BOARD_INDEX_KEY, board)
+    # 1. The board's script, on its slot. 2. Off the index (a slot of its own): a worker registering the board
+    # (its ZADD comes before its window) until now is undone here. 3. Listed again if it holds something by
+    # then: a window past the delete point, or a declaration, landed since the script, and its own ZADD may
+    # have come before ours. One landing after the check lists it itself (the worker's ZADD follows the
+    # window's reply, a declaration's its script).
     reply = await _DELETE(redis, board_keys, args)
-    if not int(reply[0]):
+    status = int(reply[0])
+    if not status:
         return Deleted(False, 0, {})
-    return Deleted(True, int(reply[1]), {p: int(v) for p, v in zip(partitions, reply[2:], strict=True)})
+    await redis.zrem(keys.BOARD_INDEX_KEY, board)
+    if await redis.exists(keys.board_key(board), keys.meta_key(board), keys.def_key(board)):
+        await redis.zadd(keys.BOARD_INDEX_KEY, {board: 0})
+    points = {p: int(v) for p, v in zip(partitions, reply[2:], strict=True)}
+    return Deleted(True, int(reply[1]), points, already_deleted=status == 2)
 
 
 async def erase(redis: Client, board: str, player: str) -> Erased:

@@ -12,22 +12,28 @@ from __future__ import annotations
 
 from hotboard.keys import APPLIED_DELETED_VERSION, META_AS_OF, META_VERSION
 
-#: Delete a board's scores, meta, definition, player meta and aux structures (its index entry is removed just
-#: before, by the caller: the index is on a slot of its own, and a script touches one slot); raise its
+#: Delete a board's scores, meta, definition, player meta and aux structures (its index entry is removed right
+#: after, by the caller: the index is on a slot of its own, and a script touches one slot); raise its
 #: watermarks to the delete point and keep them, with the version it had (a board written again goes on from
 #: it, so no reader's cache keyed by version serves a page of the deleted board). KEYS: board zset, applied
 #: hash, meta hash, definition hash, player meta hash, members hash, dense zset, counts hash.
 #: ARGV: the board's name (unused by the script; it names the call in SLOWLOG), then pairs (watermark field,
 #: last offset of the log; -1 for an empty partition).
-#: Answers {0} for a board that was never there (nothing written), else {1, version, delete point...} with the
-#: delete point per pair (-1: no event there yet).
+#: Answers {0} for a board that was never there (nothing written), else {status, version, delete point...} with
+#: the delete point per pair (-1: no event there yet); status 2: only the watermarks a delete keeps were there
+#: (deleted before, not written or declared since), which are raised all the same, so that the point answered
+#: holds whichever delete an operator's retry turns out to be; else 1.
 DELETE = f"""
 local board_key, applied_key, meta_key, def_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if redis.call('EXISTS', board_key, applied_key, meta_key, def_key) == 0 then return {{0}} end
+local content = redis.call('EXISTS', board_key, meta_key, def_key, KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+local floor = redis.call('HGET', applied_key, '{APPLIED_DELETED_VERSION}')
+if content == 0 and redis.call('EXISTS', applied_key) == 0 then return {{0}} end
+local status = 1
+if content == 0 and floor then status = 2 end
 local version = tonumber(redis.call('HGET', meta_key, '{META_VERSION}') or '0')
-local floor = tonumber(redis.call('HGET', applied_key, '{APPLIED_DELETED_VERSION}') or '0')
+floor = tonumber(floor or '0')
 if floor > version then version = floor end  -- deleted before and not written since
-local out = {{1, version}}
+local out = {{status, version}}
 for i = 2, #ARGV, 2 do
   local field, point = ARGV[i], tonumber(ARGV[i + 1])
   local applied = tonumber(redis.call('HGET', applied_key, field) or '-1')

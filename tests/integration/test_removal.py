@@ -209,3 +209,32 @@ def test_refusals_are_one_line_with_their_exit_codes(
         out, err = capsys.readouterr()
         assert out == "" and said in err and err.count("\n") == 1, (argv, err)
     assert redis.Redis.from_url(redis_url).keys("hb:{b}*") == []
+
+
+def test_a_second_delete_says_the_board_was_deleted_already(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A delete run again (a retry, a second operator) exits 1 saying the board was deleted already, where a
+    first one exits 0; the delete point it names is the one it raised the watermarks to."""
+    from cli.main import main
+
+    topic = topic_factory(2)
+    common = ("--redis", redis_url, "--kafka", kafka, "--topic", topic)
+    asyncio.run(publish(kafka, topic, [Event("b", "p", 1, None)]))
+    assert main(["boards", "create", "b", "--redis", redis_url]) == 0
+    capsys.readouterr()
+    assert main(["boards", "delete", "b", "--json", *common]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["outcome"] == "deleted"
+    for extra in ((), ("--json",)):
+        assert main(["boards", "delete", "b", *extra, *common]) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and "'b' was deleted already" in err and err.count("\n") == 1, err
+        shown = " ".join(f"{p}:{o}" for p, o in first["delete_point"].items())
+        assert shown in err
+    r = redis.Redis.from_url(redis_url)
+    try:
+        assert r.zscore(keys.BOARD_INDEX_KEY, "b") is None
+        assert r.exists(keys.def_key("b"), keys.board_key("b"), keys.meta_key("b")) == 0
+    finally:
+        r.close()
