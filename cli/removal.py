@@ -12,23 +12,28 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
+
+from redis.asyncio import RedisCluster
 
 from archive import removal as archive_removal
 from archive.pool import Archive, ArchiveUnavailable
 from cli.exits import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, Refused
 from cli.log_ends import LogEndsUnavailable, last_offsets
 from cli.options import add_options, settings_from
+from flusher.cluster import ClusterSink, ReplicaAcksShort
 from hotboard import board_removal, kafka_security, keys
 from hotboard.kafka_security import KafkaSecuritySettings
 from hotboard.redis_client import Client
 from hotboard.redis_connect import RedisSettings
 from hotboard.safe_text import escape
+from hotboard.script import Script
 from ingest.settings import WorkerSettings
 
-#: The settings fields these commands need beside ``redis``: where the events come from, and the archive (if any).
-NEEDS = frozenset({"kafka", "topic", "postgres"})
+#: The settings fields these commands need beside ``redis``: where the events come from, the archive (if any), and
+#: on a Redis Cluster the replicas that must confirm the removal (as they confirm a window).
+NEEDS = frozenset({"kafka", "topic", "postgres", "min_replica_acks", "replica_ack_timeout_ms"})
 #: How long ``erase`` waits by default for the workers to apply every event sent before it.
 DEFAULT_WAIT_S = 60.0
 #: How long reading the log's end from Kafka may take.
@@ -82,6 +87,30 @@ def _check_board(board: str) -> None:
         raise Refused("board must be 1-64 characters of A-Z a-z 0-9 _ . : -")
 
 
+def _send(redis: Client, args: argparse.Namespace, what: str) -> board_removal.Send | None:
+    """On a Redis Cluster, the removal script ends with WAIT on the board's master for ``--min-replica-acks``
+    replicas, as a window does: reported done, it survives a failover. Too few: exit 3, applied on the master
+    (a rerun finds it done there and waits again). One server: None (straight)."""
+    if not isinstance(redis, RedisCluster):
+        return None
+    s = settings_from(WorkerSettings, args)
+    sink = ClusterSink(redis, s.topic, min_replica_acks=s.replica_acks, replica_ack_timeout_ms=s.replica_ack_timeout_ms)
+
+    async def replicated(script: Script, keys_: Sequence[str], argv: Sequence[Any]) -> Any:
+        try:
+            return await sink.replicated(script, keys_, argv)
+        except ReplicaAcksShort:
+            raise Refused(
+                f"the {what} of {args.name!r} is applied on its master but confirmed on {sink.last_acks} replicas, "
+                f"fewer than {sink.min_replica_acks} within {sink.replica_ack_timeout_ms} ms (--min-replica-acks, "
+                "--replica-ack-timeout-ms): a failover now could undo it; run the command again once the replicas "
+                "answer",
+                EXIT_UNAVAILABLE,
+            ) from None
+
+    return replicated
+
+
 @contextlib.asynccontextmanager
 async def _archive(args: argparse.Namespace) -> AsyncIterator[Archive | None]:
     """The archive when ``--postgres`` (HOTBOARD_POSTGRES) is set, else None; PostgreSQL down is exit 3."""
@@ -105,9 +134,10 @@ def _unavailable() -> Iterator[None]:
 async def _delete(redis: Client, args: argparse.Namespace) -> int:
     _check_board(args.name)
     topic, last = await _log_end(args)
+    send = _send(redis, args, "delete")
 
     async def in_redis(points: Mapping[int, int]) -> board_removal.Deleted:
-        return await board_removal.delete(redis, topic, args.name, points)
+        return await board_removal.delete(redis, topic, args.name, points, send)
 
     async with _archive(args) as archive:
         if archive is None:
@@ -157,7 +187,7 @@ async def _erase(redis: Client, args: argparse.Namespace) -> int:
 
             await _wait_applied(in_archive, "the archivers", last, deadline, args.wait_s)
             archived = await archive_removal.erase(archive, args.name, args.player, int(time.time() * 1000))
-    done = await board_removal.erase(redis, args.name, args.player)
+    done = await board_removal.erase(redis, args.name, args.player, _send(redis, args, "erasure"))
     found = done.found or archived
     if args.json:
         outcome = "erased" if found else "absent"

@@ -129,6 +129,15 @@ class ClusterSink(RedisSink):
     async def _send_keyed(self, commands: list[bytes], route: list[str], used: Sequence[Script]) -> list[Any]:
         return await self.routed(commands, route, used, wait=False)
 
+    async def replicated(self, script: Script, keys_: Sequence[str], args: Sequence[Any]) -> Any:
+        """One script on the master of its first key's slot, ending like a window's round there: the ack write
+        and WAIT for ``min_replica_acks`` replicas (raises :class:`ReplicaAcksShort`: applied on the master, not
+        confirmed). For the one-slot removal scripts of ``hotboard boards delete`` and ``erase``."""
+        [reply] = await self.routed([script.packed(keys_, args)], [keys_[0]], (script,), wait=True)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
     # ---------------------------------------------------------------- the transport
 
     async def routed(self, commands: list[bytes], route: list[str], used: Sequence[Script], wait: bool) -> list[Any]:

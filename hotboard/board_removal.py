@@ -12,8 +12,9 @@ later count again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hotboard import keys, lua_removal
 from hotboard.redis_client import Client
@@ -21,6 +22,19 @@ from hotboard.script import Script
 
 _DELETE = Script(lua_removal.DELETE)
 _ERASE = Script(lua_removal.ERASE)
+
+#: How a removal script reaches Redis: (script, keys, args) -> its reply. None: straight to ``redis``. On a
+#: Redis Cluster the command gives one that ends on the board's master with WAIT for its replicas, as a window
+#: does (:meth:`flusher.cluster.ClusterSink.replicated`): a replica promoted right after then holds the removal,
+#: and cannot bring the board or the player back.
+Send = Callable[[Script, Sequence[str], Sequence[Any]], Awaitable[Any]]
+
+
+def _sender(redis: Client, send: Send | None) -> Send:
+    async def direct(script: Script, keys_: Sequence[str], args: Sequence[Any]) -> Any:
+        return await script(redis, keys_, args)
+
+    return send or direct
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,14 +65,18 @@ async def epochs(redis: Client, topic: str, partitions: list[int]) -> dict[int, 
 
 
 async def checkpoints(redis: Client, topic: str, partitions: list[int]) -> dict[int, int]:
-    """partition -> its checkpoint (-1 when absent)."""
+    """partition -> its checkpoint (-1 when absent); none asked (every partition empty), none read."""
+    if not partitions:
+        return {}
     raw = await redis.hmget(keys.checkpoint_key(topic), [str(p) for p in partitions])
     return {p: int(v) if v is not None else -1 for p, v in zip(partitions, raw, strict=True)}
 
 
-async def delete(redis: Client, topic: str, board: str, last_offsets: Mapping[int, int]) -> Deleted:
+async def delete(
+    redis: Client, topic: str, board: str, last_offsets: Mapping[int, int], send: Send | None = None
+) -> Deleted:
     """Delete ``board``, its delete point per partition at least ``last_offsets`` (partition -> the log's last
-    offset, -1 when empty)."""
+    offset, -1 when empty); its script goes by ``send``."""
     partitions = sorted(last_offsets)
     epoch = await epochs(redis, topic, partitions)
     args: list[str | int] = [board]
@@ -73,7 +91,7 @@ async def delete(redis: Client, topic: str, board: str, last_offsets: Mapping[in
     # then: a window past the delete point, or a declaration, landed since the script, and its own ZADD may
     # have come before ours. One landing after the check lists it itself (the worker's ZADD follows the
     # window's reply, a declaration's its script).
-    reply = await _DELETE(redis, board_keys, args)
+    reply = await _sender(redis, send)(_DELETE, board_keys, args)
     status = int(reply[0])
     if not status:
         return Deleted(False, 0, {})
@@ -84,13 +102,13 @@ async def delete(redis: Client, topic: str, board: str, last_offsets: Mapping[in
     return Deleted(True, int(reply[1]), points, already_deleted=status == 2)
 
 
-async def erase(redis: Client, board: str, player: str) -> Erased:
-    """Remove ``player`` from ``board`` (score, tie time, dense count, meta) in one step."""
+async def erase(redis: Client, board: str, player: str, send: Send | None = None) -> Erased:
+    """Remove ``player`` from ``board`` (score, tie time, dense count, meta) in one step, sent by ``send``."""
     board_keys = [
         *(keys.board_key(board), keys.meta_key(board), keys.def_key(board), keys.player_meta_key(board)),
         *(keys.members_key(board), keys.dense_key(board), keys.counts_key(board)),
     ]
-    reply = await _ERASE(redis, board_keys, [player])
+    reply = await _sender(redis, send)(_ERASE, board_keys, [player])
     if not int(reply[0]):
         return Erased(False, None)
     return Erased(True, None if reply[1] is None else float(reply[1]))

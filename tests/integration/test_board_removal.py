@@ -117,3 +117,7 @@ async def test_a_second_delete_says_the_board_was_deleted_already(redis_client: 
     assert not await _listed(redis_client, "b")
     never = await board_removal.delete(redis_client, TOPIC, "never-written", {0: 11})
     assert not never.found and not never.already_deleted
+
+
+async def test_an_erasure_on_a_topic_without_events_waits_for_no_checkpoint(redis_client: Redis) -> None:
+    assert await board_removal.checkpoints(redis_client, TOPIC, []) == {}

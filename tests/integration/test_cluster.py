@@ -217,7 +217,7 @@ async def _api_matches(seed: str, expected: Totals) -> None:
 def test_boards_delete_and_erase_on_the_cluster_while_events_flow(
     topic_factory: Callable[..., str], redis_cluster: TestCluster, spawn: Spawn
 ) -> None:
-    """The delete takes the board off the index (its own slot) before the one-slot script; the erasure waits
+    """The delete's one-slot script, then the board off the index (its own slot); the erasure waits
     for the checkpoints. A deleted board equals the events after its delete point, an erased player is gone,
     the index lists the board written again, and every other board is exact."""
     seed = redis_cluster.seed
@@ -286,3 +286,43 @@ def test_a_zombie_worker_on_the_cluster_is_fenced(
     zombie.wait_metric("hotboard_windows_total", 1, result="fenced")
     feeder.finish()
     wait_exact(seed, reference(events), read=read_cluster)
+
+
+def test_removals_on_the_cluster_wait_for_the_board_masters_replica(
+    kafka: str, topic_factory: Callable[..., str], redis_cluster: TestCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``boards erase`` and ``delete`` end like a window: WAIT on the board's master for its replica. With that
+    replica frozen (SIGSTOP) each is applied on the master but not confirmed: exit 3, saying a failover could
+    undo it; once the replica is back a rerun confirms it, and the replica holds the deletion."""
+    from cli.main import main
+
+    local = redis_cluster.faults()
+    master = local.master_of_slot(board_slot("c-0"))
+    replica = local.replica_of(master)
+    seed = f"redis://127.0.0.1:{master.port}"  # not the frozen node: a seed that never answers stalls the client
+    topic = topic_factory(2)
+    common = ["--redis", seed, "--redis-cluster", "--kafka", kafka, "--topic", topic]
+    assert main(["boards", "create", "c-0", "--redis", seed, "--redis-cluster"]) == 0
+    with local.client(master.port) as m:
+        m.zadd(keys.board_key("c-0"), {"p": 5, "q": 3})
+    capsys.readouterr()
+    frozen = local.servers[replica.port].proc
+    assert frozen is not None
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        for argv in (["erase", "c-0", "p"], ["delete", "c-0"]):
+            assert main(["boards", *argv, *common, "--replica-ack-timeout-ms", "300"]) == 3, argv
+            out, err = capsys.readouterr()
+            assert out == "" and "confirmed on 0 replicas, fewer than 1" in err and err.count("\n") == 1, err
+        with local.client(master.port) as m:  # applied on the master all the same
+            assert m.exists(keys.board_key("c-0"), keys.def_key("c-0")) == 0
+            assert m.hget(keys.applied_key("c-0"), keys.APPLIED_DELETED_VERSION) is not None
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    local.wait_healthy()
+    assert main(["boards", "delete", "c-0", *common]) == 1  # confirmed now; the board was deleted already
+    assert "deleted already" in capsys.readouterr().err
+    with local.client(replica.port) as r:  # WAIT returned: the replica has it, no polling needed
+        r.execute_command("READONLY")
+        assert r.exists(keys.board_key("c-0"), keys.def_key("c-0")) == 0
+        assert r.hget(keys.applied_key("c-0"), keys.APPLIED_DELETED_VERSION) is not None
