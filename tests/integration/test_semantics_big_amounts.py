@@ -78,3 +78,24 @@ async def test_a_merged_window_near_the_lower_bound_equals_the_reference(redis_c
     """A case a seed found: a score of 8, then incr events summing to -2^53 in one window (a sum one past the
     exact range, a total inside it); the window's delta is carried to the script, not held before it."""
     await _check(redis_client, BoardDef("desc", "incr", "shared"), 21 * 7 + 876, "big-known")
+
+
+@pytest.mark.parametrize(
+    ("before", "window", "expected"),
+    [
+        (8, [-MAX_EXACT, -1], 8 - MAX_EXACT - 1),  # a delta of -2^53 onto 8: inside the range
+        (-8, [MAX_EXACT, 1], MAX_EXACT + 1 - 8),  # the same at the upper bound
+        (-MAX_EXACT, [MAX_EXACT, MAX_EXACT, 1], MAX_EXACT),  # 2^54: past the range from anywhere, held
+        (MAX_EXACT, [-MAX_EXACT, -MAX_EXACT, -MAX_EXACT], -MAX_EXACT),  # past -2 MAX_EXACT: clipped, still held
+    ],
+)
+async def test_a_window_delta_past_the_exact_range_is_carried_by_the_script(
+    redis_client: Redis, before: int, window: list[int], expected: int
+) -> None:
+    """The script's two-part delta (hotboard.operators.script_args) on a real Redis: exact wherever the total
+    lands inside the range, held (and counted) where it lands beyond."""
+    definition = BoardDef("desc", "incr", "shared")
+    events = [Ev("p", "set", before, 1_000), *(Ev("p", None, d, 1_001 + i) for i, d in enumerate(window))]
+    sink = RedisSink(redis_client, "scores")
+    await flush_all(sink, fold_windows("w", definition, events, [1], 1, 4))
+    assert await stored(redis_client, "w", definition) == {"p": (expected, None)}
