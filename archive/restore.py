@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,8 @@ end
 return 1
 """)
 CHUNK = 10_000
+#: Chunks written to Redis at once (see :func:`_copy_players`).
+IN_FLIGHT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,21 +202,33 @@ async def _swap(
 
 async def _copy_players(conn: Any, redis: Client, board: str, twin: list[str], definition: BoardDef) -> int:
     """Every player row of ``board`` into the restoring keys, ``CHUNK`` rows at a time through a server-side
-    cursor (at most two chunks in memory), the next chunk fetched from PostgreSQL while this one goes to Redis."""
+    cursor: the next chunk is fetched from PostgreSQL and packed while Redis runs the one before (``IN_FLIGHT``
+    chunks written at once, each on a connection of its own: a chunk's players are its own, so the order they
+    land in does not matter). At most ``IN_FLIGHT + 1`` chunks are in memory."""
     cursor = await conn.cursor("SELECT player, score, tie_ms, meta FROM hb_scores WHERE board = $1", board)
     players = 0
-    rows: list[Any] = await cursor.fetch(CHUNK)
-    while rows:
-        fetching = asyncio.ensure_future(cursor.fetch(CHUNK))
-        try:
-            await _write_players(redis, twin, definition, rows)
-        except BaseException:
-            fetching.cancel()
+    writes: deque[asyncio.Task[None]] = deque()
+    fetching: asyncio.Future[list[Any]] | None = None
+    try:
+        rows: list[Any] = await cursor.fetch(CHUNK)
+        while rows:
+            fetching = asyncio.ensure_future(cursor.fetch(CHUNK))
+            writes.append(asyncio.create_task(_write_players(redis, twin, definition, rows)))
+            if len(writes) >= IN_FLIGHT:
+                await writes.popleft()
+            players += len(rows)
+            rows = await fetching
+            fetching = None
+        while writes:
+            await writes.popleft()
+    except BaseException:
+        unfinished: list[asyncio.Future[Any]] = [*writes, *([fetching] if fetching is not None else [])]
+        for task in unfinished:
+            task.cancel()
+        for task in unfinished:
             with contextlib.suppress(BaseException):
-                await fetching
-            raise
-        players += len(rows)
-        rows = await fetching
+                await task
+        raise
     return players
 
 

@@ -6,9 +6,10 @@ The archive is filled directly (``COPY`` into ``hb_scores``, one ``hb_boards`` r
 checkpoint per partition), not by the archiver: a million players through the archiver would take minutes and
 measure the archiver. Every 10th player carries metadata.
 
-The floor is the members/s of the faster of two ZADD loads from ``redis-benchmark`` (one connection, as
-restore uses): one member per ZADD pipelined 1,000 deep, and 100 members per ZADD pipelined 10 deep, members
-drawn at random over as many ids as the board has players, into a key of its own deleted after each run.
+The floor is the members/s of the fastest of three ZADD loads from ``redis-benchmark`` (one connection, as
+restore uses), each adding as many members as the board has players: one member per ZADD pipelined 1,000 deep,
+100 members per ZADD pipelined 10 deep, and 10,000 members per ZADD one at a time (restore's own command shape),
+members drawn at random over as many ids as the board has players, into a key of its own deleted after each run.
 Restore is timed in process (``archive.restore.restore``, from reading the archive to the last swap), the
 audit as the ``hotboard audit --board bench`` command (interpreter start included; the archive and Redis agree,
 so nothing is read back from Kafka: it proves the restored board exact too), with the Redis and PostgreSQL
@@ -50,7 +51,7 @@ PARTITIONS = 8
 COPY_ROWS = 100_000
 FLOOR_KEY = "hb:floor"
 #: (members per ZADD, pipeline depth): the floor is the faster.
-FLOOR_SHAPES = ((1, 1000), (100, 10))
+FLOOR_SHAPES = ((1, 1000), (100, 10), (10_000, 1))
 
 
 def player_row(i: int) -> tuple[str, str, int, None, bytes | None]:
@@ -87,7 +88,7 @@ async def fill(url: str, players: int) -> None:
 def floor_rate(port: int, players: int, members: int, depth: int) -> float:
     """Members/s of ``redis-benchmark``: ``members`` random members per ZADD, ``depth`` commands pipelined."""
     pairs = [arg for _ in range(members) for arg in ("__rand_int__", "p-__rand_int__")]
-    requests = max(10_000, players // members)
+    requests = max(depth, players // members)
     command = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "1", "-P", str(depth)]
     command += ["-n", str(requests), "-r", str(players), "--csv", "ZADD", FLOOR_KEY, *pairs]
     done = subprocess.run(
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> None:
             restores.append(players / seconds)
         print(f"{args.players:,}-player board, one redis-server; members/s, median of {args.runs}:")
         for (members, depth), rates in floors.items():
-            load = f"{members:>3} members/command, -P {depth:<4}"
+            load = f"{members:>6} members/command, -P {depth:<4}"
             print(f"  redis-benchmark ZADD, {load}  {statistics.median(rates):>12,.0f}")
         floor = max(statistics.median(rates) for rates in floors.values())
         rate = statistics.median(restores)
