@@ -44,7 +44,7 @@ def timed(name: str, env: dict[str, str], log: Path, done: object) -> float:
         return time.perf_counter() - started
 
 
-def _runs(rates: list[float]) -> str:
+def runs_of(rates: list[float]) -> str:
     return ", ".join(f"{r:,.0f}" for r in rates)
 
 
@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> None:
             rates["archiver"].append(args.events / s)
         worker, archiver = statistics.median(rates["worker"]), statistics.median(rates["archiver"])
         print(f"{args.events:,} events, {args.players:,} players, 8 partitions; events/s, median of 3:")
-        print(f"  hotboard worker   (1 s windows, Redis)       {worker:>10,.0f}   runs {_runs(rates['worker'])}")
-        print(f"  hotboard archiver (5 s windows, PostgreSQL)  {archiver:>10,.0f}   runs {_runs(rates['archiver'])}")
+        print(f"  hotboard worker   (1 s windows, Redis)       {worker:>10,.0f}   runs {runs_of(rates['worker'])}")
+        print(f"  hotboard archiver (5 s windows, PostgreSQL)  {archiver:>10,.0f}   runs {runs_of(rates['archiver'])}")
         print(f"  ratio {archiver / worker:.2f} (goal >= 0.8)")
     finally:
         rs.stop()

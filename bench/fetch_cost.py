@@ -9,7 +9,8 @@ batches. What is counted is what ``getmany`` does with them once they arrived: t
 read and the response decoding are not in it); with ``--fold``, each call's records then go through the worker's
 fold (:meth:`ingest.intake.Intake.fold`, as :mod:`bench.fold_cost` counts it). Two kinds of records: ``stock``, a
 ``ConsumerRecord`` built per record (aiokafka as shipped), and ``raw``, the parsed records the worker's consumer
-hands over (:mod:`ingest.raw_records`).
+hands over (:mod:`ingest.raw_records`). Both run at the cyclic collector's pace of a running worker
+(:mod:`ingest.gc_pacing`).
 
     python -m bench.fetch_cost [--events 20000] [--records stock|raw]... [--fold]
 """
@@ -34,7 +35,7 @@ from aiokafka.record.memory_records import MemoryRecords
 from bench.fold_cost import PARTITIONS, TOPIC, TS_MS, callgrind, collected, events, intake, run_sync
 from cli.loadgen import BATCH_EVENTS
 from hotboard.codec import encode
-from ingest import raw_records
+from ingest import gc_pacing, raw_records
 from ingest.settings import WorkerSettings
 
 KINDS = ("stock", "raw")
@@ -138,7 +139,8 @@ def inner(kind: str, count: int, fold: bool) -> None:
         folded = sum(f.events for w in (it._pending.active, *it._pending.sealed) for f in w.folds.values())
         print(f"consumed {got} as {','.join(sorted(kinds))} in {len(calls)} calls; folded {folded}")
 
-    asyncio.run(main())
+    with gc_pacing.worker_pace(MAX_RECORDS):  # the collector's pace of a running worker, for either kind
+        asyncio.run(main())
 
 
 def count_instructions(kind: str, count: int, fold: bool) -> tuple[float, str]:

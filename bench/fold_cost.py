@@ -4,7 +4,8 @@ shared machine cannot move (wall-clock rates move by +-20% from run to run; inst
 What is counted is :meth:`ingest.intake.Intake.fold` (the intake's hot path: the header check, the chunked
 steady fold, and for declared boards the checked fold, the period routing and the definitions) on
 ``--events`` fixed records in getmany-sized batches over 8 partitions, after a warm-up batch has looked up every
-board's definition and watermark (a steady worker has). The Kafka client's own record building is not in it (the
+board's definition and watermark (a steady worker has), at the cyclic collector's pace of a running worker
+(:mod:`ingest.gc_pacing`). The Kafka client's own record building is not in it (the
 fetch-only ceiling measures that). Two cases: ``incr``, 4 undeclared boards of plain ``incr`` events (the
 benchmark's load), and ``mix``, declared boards of every kind (``best``, ``dense``, ``earliest``, a weekly
 seasonal board) beside a plain one.
@@ -42,6 +43,7 @@ from hotboard.board_store import Found
 from hotboard.boards import BoardDef
 from hotboard.codec import Event, encode
 from hotboard.timing import Backoff
+from ingest import gc_pacing
 from ingest.assignment import Assignment
 from ingest.intake import Intake
 from ingest.metrics import WorkerMetrics
@@ -182,8 +184,9 @@ def collected(body: Callable[[], None]) -> None:
 
 
 def inner(case: str, count: int) -> None:
-    it, measured = prepared(case, count)
-    collected(lambda: fold_all(it, measured))
+    with gc_pacing.worker_pace(BATCH):  # the collector's pace of a running worker
+        it, measured = prepared(case, count)
+        collected(lambda: fold_all(it, measured))
     folded = sum(f.events for w in (it._pending.active, *it._pending.sealed) for f in w.folds.values())
     print(f"folded {folded}")
 

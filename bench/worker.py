@@ -558,7 +558,9 @@ async def bench(args: argparse.Namespace, kafka: KafkaBroker, redis_server: Redi
     pre = await bounded("preload", preload(bootstrap, args), 300)
     if args.gc_freeze:
         # Our copy of the events (a million tuples) is in neither system under test: frozen out of the cyclic
-        # GC's generations, no full collection of a ceiling or a worker run walks it (each costs ~100 ms).
+        # GC's generations, no full collection of a ceiling or a worker run walks it (each costs 100-500 ms). The
+        # worker's own pace (ingest/gc_pacing.py) runs no full collection here; without the freeze the ceilings
+        # alone would pay for walking our copy.
         gc.collect()
         gc.freeze()
     n = len(pre.events)
@@ -770,8 +772,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--skip-flush", action="store_true", help="profiling runs: no flush-rate section")
     ap.add_argument(
         "--gc-freeze",
-        action="store_true",
-        help="keep the benchmark's own copy of the events out of the cyclic GC (off: as recorded)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the benchmark's own copy of the events out of the cyclic GC (on by default: it is in neither "
+        "system under test; --no-gc-freeze: as recorded before the worker paced its collector)",
     )
     ap.add_argument("--skip-callgrind", action="store_true", help="no fold instruction counts, no memory figure")
     ap.add_argument("--pyspy", metavar="FILE", help="py-spy raw stacks of the worker phase (perturbs figures)")

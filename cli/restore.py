@@ -8,16 +8,14 @@ import asyncio
 import sys
 from typing import Any
 
-from redis.asyncio import Redis
-
 from archive.pool import Archive, ArchiveUnavailable
 from archive.restore import Restored, restore
 from archive.settings import ArchiverSettings
 from cli.exits import EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
-from hotboard import redis_url
+from hotboard import redis_connect
 
-OPTIONS = ("postgres", "redis", "topic", "postgres_timeout_s")
+OPTIONS = ("postgres", "redis", "redis_cluster", "topic", "postgres_timeout_s")
 
 
 def add_parser(sub: Any) -> None:
@@ -31,13 +29,13 @@ def add_parser(sub: Any) -> None:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     settings = settings_from(ArchiverSettings, args)
-    redis_url.check(settings.redis)
+    redis_connect.check(settings)
 
     def progress(done: Restored) -> None:
         print(f"restored {done.board}: {done.players} players", flush=True)
 
     async def main() -> int:
-        redis = Redis.from_url(settings.redis, socket_timeout=settings.redis_timeout_s)
+        redis = redis_connect.connect(settings, socket_timeout=settings.redis_timeout_s)
         try:
             async with Archive(settings.postgres, settings.postgres_timeout_s) as archive:
                 done = await restore(archive, redis, settings.topic, None if args.all else args.board, progress)

@@ -42,7 +42,7 @@ from flusher.redis_sink import RedisSink
 from hotboard import redis_connect
 from hotboard.redis_client import Client
 from hotboard.timing import Backoff, ticker, wait_or_stop
-from ingest import dlq, raw_records
+from ingest import dlq, gc_pacing, raw_records
 from ingest.assignment import Assignment
 from ingest.errors import TRANSIENT
 from ingest.intake import Intake
@@ -215,6 +215,8 @@ class Worker:
             await wait_for_redis(self._redis, s)
             await start_clients(self._stack, [self._consumer, self._producer], s.kafka, s.kafka_start_timeout_s, s)
             self._consumer.subscribe([s.topic], listener=_Listener(self))
+            # the collector's pace while it runs: a fetch's records trigger no collection (see ingest/gc_pacing.py)
+            self._stack.enter_context(gc_pacing.worker_pace(s.max_poll_records))
             if self._handle_signals:
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):

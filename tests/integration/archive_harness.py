@@ -51,7 +51,14 @@ def wait_archived(url: str, expected: Totals, timeout_s: float = 90.0) -> None:
 
 
 def archiver_process(
-    kafka: str, redis_url: str, postgres_url: str, topic: str, group: str, log_dir: Path, name: str = "archiver"
+    kafka: str,
+    redis_url: str,
+    postgres_url: str,
+    topic: str,
+    group: str,
+    log_dir: Path,
+    name: str = "archiver",
+    extra_env: dict[str, str] | None = None,
 ) -> WorkerProcess:
     """``hotboard archiver`` as an OS process (1 s windows, so a test sees many of them)."""
     return WorkerProcess(
@@ -66,6 +73,7 @@ def archiver_process(
             "HOTBOARD_POSTGRES": postgres_url,
             "HOTBOARD_BACKOFF_MAX_S": "1",
             "HOTBOARD_POSTGRES_TIMEOUT_S": "3",
+            **(extra_env or {}),
         },
         command="archiver",
     )

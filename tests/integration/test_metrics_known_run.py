@@ -9,6 +9,7 @@ That makes "everything lands in one window" deterministic instead of a race agai
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from cli.devstack import free_port
 from cli.loadgen import generate, publish
 from hotboard.codec import Reason
 from hotboard.keys import board_key
+from ingest import gc_pacing
 from ingest.settings import WorkerSettings
 from ingest.worker import FlushReport, Worker
 
@@ -83,9 +85,12 @@ async def test_each_metric_moves_as_it_should_on_a_known_run(kafka: str, topic: 
         metrics_host="127.0.0.1",
         session_timeout_ms=6000,
     )
+    interpreter_pace = gc.get_threshold()
     async with Worker(settings, handle_signals=False, on_flush=reports.append) as worker:
         value = worker.metrics.registry.get_sample_value
         run = asyncio.create_task(worker.run())
+        # the collector runs at the worker's pace while it runs (a fetch's records trigger no collection)
+        assert gc.get_threshold()[0] == gc_pacing.TRACKED_PER_RECORD * settings.max_poll_records * gc_pacing.MARGIN
         try:
             await wait_until(
                 lambda: (
@@ -143,6 +148,9 @@ async def test_each_metric_moves_as_it_should_on_a_known_run(kafka: str, topic: 
             assert value("hotboard_consumer_lag", {"partition": str(p)}) == 0, f"partition {p}"
         rebalances = value("hotboard_rebalances_total")
         assert rebalances is not None and rebalances >= 1
+
+    # ---- the interpreter's pace is back once the worker stopped
+    assert gc.get_threshold() == interpreter_pace
 
     # ---- and Redis holds exactly what the counters claim
     client = Redis.from_url(redis_url)
