@@ -23,6 +23,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
+from archive import audit_log
 from archive.audit_state import (
     PlayerState,
     Snapshot,
@@ -266,4 +267,6 @@ async def audit(
         _compare(b, forward, backward, results[name])
     for result in results.values():
         progress(result)
+    if board is None:  # the archiver's gauges read it (archive.audit_log)
+        await audit_log.record(archive, list(results.values()), int(time.time() * 1000))
     return list(results.values())

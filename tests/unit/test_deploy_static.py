@@ -329,6 +329,8 @@ def test_alert_rules_have_severity_annotations_and_runbook_url() -> None:
         "HotboardSavingsRatioCollapsed",
         "HotboardArchiveLagging",
         "HotboardArchiverDown",
+        "HotboardAuditFailed",
+        "HotboardAuditStale",
     } <= names
     for rule in rules:
         assert rule["labels"]["severity"] in {"page", "ticket"}, rule["alert"]
@@ -392,6 +394,8 @@ def test_dashboard_covers_the_issue_panels() -> None:
         "hotboard_archive_lag_records",
         "hotboard_archive_last_window_age_seconds",
         "hotboard_archive_windows_total",
+        "hotboard_archive_audit_boards_not_exact",
+        "hotboard_archive_audit_last_run_timestamp_seconds",
     ):
         assert needle in exprs, needle
     assert "histogram_quantile(0.5," in exprs
