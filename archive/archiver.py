@@ -18,13 +18,13 @@ from types import TracebackType
 from typing import Self
 
 from prometheus_client import Gauge
-from redis.asyncio import Redis
 
 from archive import audit_log
 from archive.audit_log import LastAudit
 from archive.pool import Archive, ArchiveUnavailable
 from archive.settings import ArchiverSettings
 from archive.sink import ArchiveSink
+from hotboard import redis_connect
 from ingest.metrics import WorkerMetrics
 from ingest.worker import FlushReport, Worker
 
@@ -87,8 +87,9 @@ class Archiver:
         self._on_flush = on_flush
         self._stack = AsyncExitStack()
         self._archive = Archive(settings.postgres, settings.postgres_timeout_s)
-        self._redis = Redis.from_url(
-            settings.redis, socket_timeout=settings.redis_timeout_s, socket_connect_timeout=settings.redis_timeout_s
+        # one server or a Redis Cluster (--redis-cluster), as the workers reach it: only definitions are read here
+        self._redis = redis_connect.connect(
+            settings, socket_timeout=settings.redis_timeout_s, socket_connect_timeout=settings.redis_timeout_s
         )
         self.sink = ArchiveSink(self._archive, self._redis, settings.topic)
         self.worker = Worker(

@@ -16,14 +16,13 @@ import time
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
-from redis.asyncio import Redis
-
 from archive import schema
 from archive.pool import Archive
 from flusher.batch import NO_WATERMARK, BoardBatch, BoardResult, CheckpointResult, ExpectedWatermark, Outcome
 from hotboard import board_store, keys, operators
 from hotboard.board_store import Found
 from hotboard.boards import DefinitionError, from_spec
+from hotboard.redis_client import Client
 
 _M = keys.MAX_EXACT
 #: A summed delta as a clamp that never binds: (old + d) is within +-2 MAX_EXACT, then held like ZINCRBY's total.
@@ -65,7 +64,7 @@ def stage_rows(batch: BoardBatch) -> Iterator[tuple[Any, ...]]:
 class ArchiveSink:
     """Windows into the archive; the checkpoints, halts and epochs of the archiver's own partitions."""
 
-    def __init__(self, archive: Archive, redis: Redis, topic: str, clock: Any = time.time) -> None:
+    def __init__(self, archive: Archive, redis: Client, topic: str, clock: Any = time.time) -> None:
         self._archive = archive
         self._redis = redis
         self._topic = topic

@@ -9,7 +9,7 @@ from archive.archiver import Archiver
 from archive.settings import ArchiverSettings
 from cli.options import add_options, settings_from
 from cli.worker import run_member
-from hotboard import redis_url
+from hotboard import redis_connect
 
 
 def add_parser(sub: Any) -> None:
@@ -20,5 +20,5 @@ def add_parser(sub: Any) -> None:
 
 def cmd_archiver(args: argparse.Namespace) -> int:
     settings = settings_from(ArchiverSettings, args)
-    redis_url.check(settings.redis)
+    redis_connect.check(settings)
     return run_member("archiver", lambda: Archiver(settings))
