@@ -4,8 +4,6 @@ archiver in cluster mode: 0 differences on boards spread over every master, then
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +15,7 @@ from tests.cluster import TestCluster
 from tests.integration.archive_harness import archiver_process, wait_archived
 from tests.integration.conftest import Spawn
 from tests.integration.harness import Feeder, wait_exact
+from tests.integration.test_audit import run_audit
 from tests.integration.test_cluster import (
     CLUSTER_ENV,
     DECLARED,
@@ -33,16 +32,6 @@ pytestmark = pytest.mark.integration
 
 #: A handful of boards over the three masters: plain ones, a dense, an earliest, a best and a weekly one.
 BOARDS = [*PLAIN[:6], *DECLARED]
-
-
-def audit(kafka: str, seed: str, postgres_url: str, topic: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", "audit", "--redis-cluster", "--postgres", postgres_url],
-        env={"HOTBOARD_REDIS": seed, "HOTBOARD_TOPIC": topic, "HOTBOARD_KAFKA": kafka},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def test_audit_on_a_cluster_is_clean_and_names_a_corrupted_player(
@@ -70,7 +59,7 @@ def test_audit_on_a_cluster_is_clean_and_names_a_corrupted_player(
         wait_exact(seed, expected, read=read_cluster)
         wait_archived(postgres_url, {b: t for b, t in expected.items() if b != "c-earliest"})
 
-        clean = audit(kafka, seed, postgres_url, topic)
+        clean = run_audit(kafka, seed, postgres_url, topic, "--redis-cluster")
         assert clean.returncode == 0, clean.stdout + clean.stderr
         audited = {
             line.split(":")[0].removeprefix("board ") for line in clean.stdout.splitlines() if line.startswith("board ")
@@ -85,7 +74,7 @@ def test_audit_on_a_cluster_is_clean_and_names_a_corrupted_player(
         victim = first.decode()
         r.zincrby(keys.board_key(victim_board), 1, victim)
         r.close()
-        corrupted = audit(kafka, seed, postgres_url, topic)
+        corrupted = run_audit(kafka, seed, postgres_url, topic, "--redis-cluster")
         assert corrupted.returncode == 1, corrupted.stdout + corrupted.stderr
         differs = [line for line in corrupted.stdout.splitlines() if line.startswith("DIFFERS")]
         assert len(differs) == 1 and f"board={victim_board} player={victim} " in differs[0], corrupted.stdout
