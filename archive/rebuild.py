@@ -79,11 +79,6 @@ def log_cut(firsts: Mapping[int, int], checkpoints: Mapping[int, int]) -> str | 
     return None
 
 
-async def _checkpoints(redis: Client, topic: str, partitions: list[int]) -> dict[int, int]:
-    raw = await redis.hmget(keys.checkpoint_key(topic), [str(p) for p in partitions])
-    return {p: int(v) for p, v in zip(partitions, raw, strict=True) if v is not None}
-
-
 async def _fold_log(
     redis: Client,
     kafka: KafkaRange,
@@ -189,7 +184,8 @@ async def rebuild(
     now_ms = int(time.time() * 1000)
     partitions = sorted(ends)
     firsts = await kafka.first_offsets(partitions)
-    checkpoints = await _checkpoints(redis, topic, partitions)
+    held = await board_removal.checkpoints(redis, topic, partitions)
+    checkpoints = {p: cp for p, cp in held.items() if cp != NO_WATERMARK}
     if (cut := log_cut(firsts, checkpoints)) is not None and not accept_loss:
         raise LogCut(cut)
     folded = await _fold_log(redis, kafka, board, firsts, ends, timeout_s, read)
