@@ -9,6 +9,8 @@ workers send them). Redis is read for the definitions of boards the archive does
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -17,7 +19,9 @@ from typing import Self
 
 from prometheus_client import Gauge
 
-from archive.pool import Archive
+from archive import audit_log
+from archive.audit_log import LastAudit
+from archive.pool import Archive, ArchiveUnavailable
 from archive.settings import ArchiverSettings
 from archive.sink import ArchiveSink
 from hotboard import redis_connect
@@ -43,6 +47,27 @@ class ArchiverMetrics(WorkerMetrics):
             registry=self.registry,
         ).set_function(lambda: time.time() - self.last_window)
 
+        self.audit_last_run = Gauge(
+            "hotboard_archive_audit_last_run_timestamp_seconds",
+            "When the last audit of every board (hotboard audit) finished, seconds since the epoch; 0: never",
+            registry=self.registry,
+        )
+        self.audit_last_success = Gauge(
+            "hotboard_archive_audit_last_success_timestamp_seconds",
+            "When the last audit that found every board exact finished, seconds since the epoch; 0: never",
+            registry=self.registry,
+        )
+        self.audit_not_exact = Gauge(
+            "hotboard_archive_audit_boards_not_exact",
+            "Boards the last audit of every board found not exact (a player differs or could not be verified)",
+            registry=self.registry,
+        )
+
+    def audited(self, last: LastAudit) -> None:
+        self.audit_last_run.set(last.finished_at_ms / 1000)
+        self.audit_last_success.set(last.last_success_ms / 1000)
+        self.audit_not_exact.set(last.not_exact)
+
     def _lag(self) -> float:
         return sum(s.value for m in self.consumer_lag.collect() for s in m.samples)
 
@@ -62,7 +87,7 @@ class Archiver:
         self._on_flush = on_flush
         self._stack = AsyncExitStack()
         self._archive = Archive(settings.postgres, settings.postgres_timeout_s)
-        # one server or a Redis Cluster (``--redis-cluster``), where boards are declared
+        # one server or a Redis Cluster (--redis-cluster), as the workers reach it: only definitions are read here
         self._redis = redis_connect.connect(
             settings, socket_timeout=settings.redis_timeout_s, socket_connect_timeout=settings.redis_timeout_s
         )
@@ -104,4 +129,18 @@ class Archiver:
         self.worker.stop()
 
     async def run(self) -> None:
-        await self.worker.run()
+        gauges = asyncio.create_task(self._read_audits(), name="hotboard-audit-gauges")
+        try:
+            await self.worker.run()
+        finally:
+            gauges.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gauges
+
+    async def _read_audits(self) -> None:
+        """The last audit's outcome into the gauges, every ``audit_read_s``; PostgreSQL down keeps the last read
+        (the archive-lag alerts say so), and the audits' staleness alert fires if it stays down."""
+        while True:
+            with contextlib.suppress(ArchiveUnavailable):
+                self.metrics.audited(await audit_log.last(self._archive))
+            await asyncio.sleep(self.settings.audit_read_s)

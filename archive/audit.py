@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from redis.asyncio import Redis
 
+from archive import audit_log
 from archive.audit_state import (
     PlayerState,
     Snapshot,
@@ -42,6 +42,7 @@ from hotboard import keys
 from hotboard.boards import DEFAULT, BoardDef, DefinitionError
 from hotboard.codec import Decoded, Decoder, decode_all
 from hotboard.kafka_security import client_kwargs
+from hotboard.redis_client import Client
 from ingest.folds import PartitionFold
 from ingest.seasons import route
 
@@ -223,7 +224,7 @@ def _ranges(
 async def audit(
     settings: ArchiverSettings,
     archive: Archive,
-    redis: Redis,
+    redis: Client,
     board: str | None,
     progress: Callable[[BoardAudit], None],
 ) -> list[BoardAudit]:
@@ -266,4 +267,6 @@ async def audit(
         _compare(b, forward, backward, results[name])
     for result in results.values():
         progress(result)
+    if board is None:  # the archiver's gauges read it (archive.audit_log)
+        await audit_log.record(archive, list(results.values()), int(time.time() * 1000))
     return list(results.values())

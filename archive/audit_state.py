@@ -10,12 +10,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
 from archive.pool import Archive
 from flusher.batch import NO_WATERMARK
 from hotboard import earliest, keys, operators
 from hotboard.boards import BoardDef
+from hotboard.redis_client import Client
 from ingest.folds import PartitionFold
 
 #: One player as stored: (score, tie time in ms on ``earliest`` boards else None, meta or None).
@@ -42,7 +41,7 @@ def _marks(rows: dict[str, int], topic: str, epochs: dict[int, int], partitions:
     return out
 
 
-async def redis_epochs(redis: Redis, topic: str, partitions: Collection[int]) -> dict[int, int]:
+async def redis_epochs(redis: Client, topic: str, partitions: Collection[int]) -> dict[int, int]:
     raw = await redis.hmget(keys.checkpoint_key(topic), [keys.epoch_field(p) for p in partitions])
     return {p: int(v) for p, v in zip(partitions, raw, strict=True) if v is not None}
 
@@ -54,7 +53,7 @@ async def archive_epochs(archive: Archive, topic: str) -> dict[int, int]:
 
 
 async def read_redis(
-    redis: Redis, board: str, definition: BoardDef, topic: str, epochs: dict[int, int], partitions: Collection[int]
+    redis: Client, board: str, definition: BoardDef, topic: str, epochs: dict[int, int], partitions: Collection[int]
 ) -> Snapshot:
     async with redis.pipeline(transaction=True) as pipe:
         pipe.zrange(keys.board_key(board), 0, -1, withscores=True)

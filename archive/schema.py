@@ -81,8 +81,20 @@ END
 $$;
 """
 
+#: Each audit of every board (``hotboard audit`` without ``--board``): what the archiver's audit gauges read.
+_V2 = """
+CREATE TABLE hb_audits (
+    id bigserial PRIMARY KEY,
+    finished_at_ms bigint NOT NULL,
+    boards integer NOT NULL,
+    players bigint NOT NULL,
+    not_exact integer NOT NULL,
+    differences integer NOT NULL
+);
+"""
+
 #: Migration n (1-based) brings the schema from version n - 1 to n. Append; never edit one that shipped.
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 VERSION = len(MIGRATIONS)
 
 #: One window's rows, copied in (COPY) and applied by one INSERT; dropped at commit.

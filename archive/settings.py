@@ -19,6 +19,9 @@ class ArchiverSettings(WorkerSettings):
     max_script_players: int = Field(
         1_000_000, ge=100, description="Players per board batch (one COPY holds every batch of a window)"
     )
+    audit_read_s: float = Field(
+        30.0, gt=0, description="How often the last audit's outcome is read from the archive for the audit gauges"
+    )
     postgres_timeout_s: float = Field(
         10.0, gt=0, description="PostgreSQL connect and statement timeout: a silent server fails a window after this"
     )

@@ -83,17 +83,21 @@ def redis_total(url: str) -> tuple[int, int]:
         r.close()
 
 
-def timed_audit(env: dict[str, str], runs: int = 3) -> tuple[float, str]:
-    times, last = [], ""
+def timed(env: dict[str, str], argv: list[str], runs: int = 3) -> tuple[float, list[str]]:
+    """Median wall time of ``hotboard <argv>`` as a process (its start included), and the last run's output lines."""
+    times, lines = [], []
     for _ in range(runs):
         started = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-m", "cli.main", "audit", "--board", BOARD], env=env, capture_output=True, text=True
-        )
+        done = subprocess.run([sys.executable, "-m", "cli.main", *argv], env=env, capture_output=True, text=True)
         times.append(time.perf_counter() - started)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        last = done.stdout.strip().splitlines()[-2]
-    return statistics.median(times), last
+        lines = done.stdout.strip().splitlines()
+    return statistics.median(times), lines
+
+
+def timed_audit(env: dict[str, str]) -> tuple[float, str]:
+    median, lines = timed(env, ["audit", "--board", BOARD])
+    return median, lines[-2]
 
 
 def run(args: argparse.Namespace) -> None:

@@ -9,7 +9,6 @@ import sys
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from archive.audit import BoardAudit, audit
@@ -17,18 +16,19 @@ from archive.pool import Archive, ArchiveUnavailable
 from archive.settings import ArchiverSettings
 from cli.exits import EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
-from hotboard import redis_url
+from hotboard import redis_connect
 from hotboard.kafka_security import KafkaSecuritySettings
+from hotboard.redis_connect import RedisSettings
 
 #: Some players differ, or could not be verified.
 EXIT_DIFFERS = 1
-OPTIONS = ("postgres", "redis", "topic", "kafka", "postgres_timeout_s", "kafka_start_timeout_s", "redis_timeout_s")
+OPTIONS = ("postgres", "topic", "kafka", "postgres_timeout_s", "kafka_start_timeout_s", "redis_timeout_s")
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("audit", help="check Redis against the archive and the topic, player by player")
     p.add_argument("--board", help="one board (with its periods); default every board")
-    add_options(p, ArchiverSettings, only=(*OPTIONS, *KafkaSecuritySettings.model_fields))
+    add_options(p, ArchiverSettings, only=(*OPTIONS, *RedisSettings.model_fields, *KafkaSecuritySettings.model_fields))
     p.set_defaults(run=cmd_audit)
 
 
@@ -52,10 +52,10 @@ def report(result: BoardAudit) -> None:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     settings = settings_from(ArchiverSettings, args)
-    redis_url.check(settings.redis)
+    redis_connect.check(settings)
 
     async def main() -> list[BoardAudit]:
-        redis = Redis.from_url(settings.redis, socket_timeout=settings.redis_timeout_s)
+        redis = redis_connect.connect(settings, socket_timeout=settings.redis_timeout_s)
         try:
             async with Archive(settings.postgres, settings.postgres_timeout_s) as archive:
                 return await audit(settings, archive, redis, args.board, report)

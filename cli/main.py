@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from cli import api, archiver, audit, boards, dlq, produce, restore, send, stack, worker
+from cli import api, archiver, audit, boards, dlq, produce, rebuild, restore, send, stack, worker
 from cli.devstack import StackError
 from cli.exits import EXIT_CONFIG
 from cli.options import add_options, settings_from
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_parser(sub)
     archiver.add_parser(sub)
     restore.add_parser(sub)
+    rebuild.add_parser(sub)
     audit.add_parser(sub)
     api.add_parser(sub)
     boards.add_parser(sub)

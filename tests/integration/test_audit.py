@@ -38,9 +38,11 @@ def mixed(events: list[Event]) -> list[Event]:
     return out
 
 
-def run_audit(kafka: str, redis_url: str, postgres_url: str, topic: str) -> subprocess.CompletedProcess[str]:
+def run_audit(
+    kafka: str, redis_url: str, postgres_url: str, topic: str, *args: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", "audit", "--postgres", postgres_url],
+        [sys.executable, "-m", "cli.main", "audit", "--postgres", postgres_url, *args],
         env={"HOTBOARD_REDIS": redis_url, "HOTBOARD_TOPIC": topic, "HOTBOARD_KAFKA": kafka},
         capture_output=True,
         text=True,

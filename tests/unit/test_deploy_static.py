@@ -329,6 +329,8 @@ def test_alert_rules_have_severity_annotations_and_runbook_url() -> None:
         "HotboardSavingsRatioCollapsed",
         "HotboardArchiveLagging",
         "HotboardArchiverDown",
+        "HotboardAuditFailed",
+        "HotboardAuditStale",
     } <= names
     for rule in rules:
         assert rule["labels"]["severity"] in {"page", "ticket"}, rule["alert"]
@@ -392,6 +394,8 @@ def test_dashboard_covers_the_issue_panels() -> None:
         "hotboard_archive_lag_records",
         "hotboard_archive_last_window_age_seconds",
         "hotboard_archive_windows_total",
+        "hotboard_archive_audit_boards_not_exact",
+        "hotboard_archive_audit_last_run_timestamp_seconds",
     ):
         assert needle in exprs, needle
     assert "histogram_quantile(0.5," in exprs
@@ -619,3 +623,35 @@ def test_kustomize_build() -> None:
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     (image,) = kustomization["images"]
     assert images == {f"{image['newName']}:{image['newTag']}"}
+
+
+def test_an_hourly_audit_cronjob_with_the_archivers_settings_and_its_network_policy() -> None:
+    """The audit the alerts expect (HotboardAuditStale: 3 h): hourly, one at a time, the archiver's Secrets, no
+    token, non-root; out only to Kafka, Redis, PostgreSQL and DNS, in from nobody."""
+    job = by_kind("CronJob")["hotboard-audit"]
+    assert job["spec"]["schedule"].split()[1:] == ["*", "*", "*", "*"]  # every hour
+    assert job["spec"]["concurrencyPolicy"] == "Forbid"
+    template = job["spec"]["jobTemplate"]["spec"]["template"]
+    pod = template["spec"]
+    assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (c,) = pod["containers"]
+    assert c["image"] == "hotboard" and c["args"] == ["audit"]
+    assert c["envFrom"] == [{"configMapRef": {"name": "hotboard-config"}}]
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e}
+    archiver = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]
+        for e in container(by_kind("Deployment")["hotboard-archiver"])["env"]
+        if "valueFrom" in e
+    }
+    assert env == archiver
+    labels = template["metadata"]["labels"]
+    (policy,) = [
+        p
+        for p in by_kind("NetworkPolicy").values()
+        if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    ]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and policy["spec"].get("ingress", []) == []
+    egress = _egress(dict(policy["spec"]))
+    assert set(egress) == {("TCP", 9092), ("TCP", 6379), ("TCP", 5432), *DNS}
+    assert _namespace(egress["TCP", 5432]) == "postgres" and _namespace(egress["TCP", 9092]) == "kafka"
