@@ -151,7 +151,7 @@ async def _swap_board(
         await redis.hset(twin[1], mapping=dict(marks))  # type: ignore[arg-type]
     rows = [{"player": p, "score": s, "tie_ms": t, "meta": m} for p, (s, t, m) in players.items()]
     for i in range(0, len(rows), restore.CHUNK):
-        await restore._write_players(redis, twin, definition, rows[i : i + restore.CHUNK])  # type: ignore[arg-type]
+        await restore._write_players(redis, twin, definition, rows[i : i + restore.CHUNK])
     await redis.hset(twin[2], mapping={keys.META_PERIODS: 1} if root else {keys.META_AS_OF: now_ms})
     if period is not None:
         await redis.hset(twin[3], mapping={k: v for k, v in to_hash(definition, 0).items() if k in restore._COPIED})

@@ -95,8 +95,8 @@ def timed(env: dict[str, str], argv: list[str], runs: int = 3) -> tuple[float, l
     return statistics.median(times), lines
 
 
-def timed_audit(env: dict[str, str]) -> tuple[float, str]:
-    median, lines = timed(env, ["audit", "--board", BOARD])
+def timed_audit(env: dict[str, str], runs: int = 3) -> tuple[float, str]:
+    median, lines = timed(env, ["audit", "--board", BOARD], runs)
     return median, lines[-2]
 
 
