@@ -149,7 +149,7 @@ async def _swap_board(
     root = definition.seasonal and period is None
     if marks and not root:
         await redis.hset(twin[1], mapping=dict(marks))  # type: ignore[arg-type]
-    rows = [{"player": p, "score": s, "tie_ms": t, "meta": m} for p, (s, t, m) in players.items()]
+    rows = [(p, s, t, m) for p, (s, t, m) in players.items()]
     for i in range(0, len(rows), restore.CHUNK):
         await restore._write_players(redis, twin, definition, rows[i : i + restore.CHUNK])
     await redis.hset(twin[2], mapping={keys.META_PERIODS: 1} if root else {keys.META_AS_OF: now_ms})

@@ -49,6 +49,8 @@ DECLARED = {
     "c-best": BoardDef(operator="best"),
     "c-weekly": WEEKLY,
 }
+#: What a torn read of an ``earliest`` board yields for a player: beyond every total a board can hold.
+TORN = 2**63
 CLUSTER_ENV = {"HOTBOARD_REDIS_CLUSTER": "true", "HOTBOARD_BACKOFF_MAX_S": "1"}
 
 
@@ -91,9 +93,10 @@ def read_cluster(seed: str, boards: Iterable[str]) -> Totals:
         for board in boards:
             if board == "c-earliest":  # member = tie time + player; desc earliest boards keep -total
                 members = cast("dict[bytes, bytes]", r.hgetall(keys.members_key(board)))
-                out[board] = {
-                    p.decode(): -int(cast(float, r.zscore(keys.board_key(board), m))) for p, m in members.items()
-                }
+                # two reads while a worker may apply a window in between: a member it moved reads as missing (a
+                # total no reference holds), so the caller's poll reads again instead of failing on a torn read
+                scores = {p: r.zscore(keys.board_key(board), m) for p, m in members.items()}
+                out[board] = {p.decode(): TORN if s is None else -int(s) for p, s in scores.items()}
             else:
                 out[board] = board_totals(r, board)
         return out
