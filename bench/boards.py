@@ -147,7 +147,7 @@ async def bench(url: str, args: argparse.Namespace) -> None:
         started = time.perf_counter()
         window = fold(parts, args.boards)
         folded = time.perf_counter() - started
-        batches, _ = window.batches(4000)
+        batches = window.batches(4000)
         batched = time.perf_counter() - started - folded
         rss1 = rss_mib()
         await redis.config_resetstat()
@@ -224,7 +224,7 @@ async def breakdown(url: str, args: argparse.Namespace) -> None:
         sink = RedisSink(redis, "bench")
         marks: dict[tuple[str, int], int] = {}
         for round_no in range(2):
-            batches, _ = fold(records(args.boards, args.players, args.partitions, round_no), args.boards).batches(4000)
+            batches = fold(records(args.boards, args.players, args.partitions, round_no), args.boards).batches(4000)
             await redis.config_resetstat()
             started = time.perf_counter()
             results = await sink.flush(batches, marks_of(marks))

@@ -126,7 +126,7 @@ async def many_boards(client: RedisCluster, masters: Masters, args: argparse.Nam
         + ", ".join(f"{spread[n]:,}" for n in masters.names)
     )
     for round_no, label in enumerate(("first window (all new)", "second window (updates)")):
-        batches, _ = fold(records(args.boards, args.players, args.partitions, round_no), args.boards).batches(4000)
+        batches = fold(records(args.boards, args.players, args.partitions, round_no), args.boards).batches(4000)
         await masters.prepare()
         flush_s = await timed(sink.flush(batches, lambda b, p: marks.get((b, p), -1)))
         in_redis = await masters.script_seconds()
@@ -175,7 +175,7 @@ async def hot_board(client: RedisCluster, masters: Masters, args: argparse.Names
         parts = hot_records(args.hot_events, args.hot_players, args.partitions, round_no)
         started = time.perf_counter()
         window = hot_fold(parts)
-        batches, _ = window.batches(4000)
+        batches = window.batches(4000)
         fold_s += time.perf_counter() - started
         flush_s += await timed(sink.flush(batches, lambda b, p: marks.get((b, p), -1)))
         writes += sum(b.players for b in batches) + BOOKKEEPING_WRITES_PER_BOARD * len(batches)

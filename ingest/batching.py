@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from ingest.folds import PartitionFold
 
 
-def merge(folds: dict[int, PartitionFold], max_players: int) -> tuple[list[BoardBatch], int]:
-    """The batches, and how many deltas were held here at +-MAX_EXACT: none, since a window's sum that passes
-    2^53 is carried to the script, which holds the total and counts it (:func:`_carry`). Partitions of one
+def merge(folds: dict[int, PartitionFold], max_players: int) -> list[BoardBatch]:
+    """The batches. A window's sum that passes 2^53 is not held here but carried to the script, which holds the
+    total and counts it (:func:`_carry`). Partitions of one
     player rarely overlap (the record key is the player id), so the common case is adopting one partition's dict
     without copying it; summed shares take a short path (no share object, no form checks), which is most of the
     work when a window touches 100,000 small boards."""
@@ -58,7 +58,7 @@ def merge(folds: dict[int, PartitionFold], max_players: int) -> tuple[list[Board
             _add(out, open_batch, _share(fold, board), partition, offset, max_players)
     for batch in out:
         _carry(batch)
-    return out, 0
+    return out
 
 
 def _add(

@@ -81,7 +81,7 @@ class WorkerMetrics:
             "hotboard_records_lost", "Records deleted by retention before they were applied", registry=r
         )
         self.saturated = Counter(
-            "hotboard_saturated", "Totals or window deltas held at +-(2^53-1), the exact range of a score", registry=r
+            "hotboard_saturated", "Totals held at +-(2^53-1), the exact range of a score", registry=r
         )
         self.known_boards = Gauge(
             "hotboard_known_boards", "Boards whose watermark the worker keeps, summed over its partitions", registry=r
@@ -111,7 +111,7 @@ class WorkerMetrics:
         if total_writes:
             self.savings_ratio.set(sum(e for e, _ in self._recent) / total_writes)
 
-    def record_window(self, window: Window, results: list[BoardResult], duration_s: float, saturated: int) -> None:
+    def record_window(self, window: Window, results: list[BoardResult], duration_s: float) -> None:
         """One flushed window: its batches' writes, the savings, its size and duration, and freshness."""
         writes = sum(r.writes for r in results)
         fenced = any(r.outcome in (Outcome.FENCED, Outcome.REDEFINED) for r in results)
@@ -121,7 +121,7 @@ class WorkerMetrics:
             self.record_savings(0 if fenced else window.events, writes)
             self.window_entries.observe(window.entries)
             self.flush_seconds.observe(duration_s)
-        self.saturated.inc(saturated + sum(r.saturated for r in results))
+        self.saturated.inc(sum(r.saturated for r in results))
         now_ms = time.time() * 1000
         for fold in window.folds.values():
             for ts in (fold.min_ts_ms, fold.max_ts_ms):

@@ -58,9 +58,9 @@ class Window:
         """partition -> last folded offset, for partitions that folded anything."""
         return {p: fold.last_offset for p, fold in self.folds.items() if fold.last_offset >= 0}
 
-    def batches(self, max_players: int) -> tuple[list[BoardBatch], int]:
-        """The window as board batches of at most ``max_players`` players where partitions allow, and how many
-        deltas were held at +-MAX_EXACT (:func:`ingest.batching.merge`)."""
+    def batches(self, max_players: int) -> list[BoardBatch]:
+        """The window as board batches of at most ``max_players`` players where partitions allow
+        (:func:`ingest.batching.merge`)."""
         return merge(self.folds, max_players)
 
 

@@ -440,13 +440,13 @@ class Worker:
             if await self._redis_restarted():
                 return True
             # 1. every board: compare-and-set its watermarks, apply its deltas; one round trip for all boards
-            batches, saturated = window.batches(self.settings.max_script_players)
+            batches = window.batches(self.settings.max_script_players)
             results = await self._sink.flush(batches, self._assignment.expected)
             duration = time.monotonic() - started
             fenced = sum(r.outcome is Outcome.FENCED for r in results)
             redefined = sum(r.outcome is Outcome.REDEFINED for r in results)
             self.flushes += 1
-            self.metrics.record_window(window, results, duration, saturated)
+            self.metrics.record_window(window, results, duration)
             if fenced:
                 # Someone else moved a watermark: we lost the partition (zombie) or Redis lost writes. Start over
                 # from what Redis says; boards that did take this window skip it on replay.

@@ -126,7 +126,7 @@ def fold_windows(
             if rest:
                 defs = {board: definition}
                 fold.fold_checked(rest, decode_all(rest, decoder), {board: -1}, clear[p], defs, fast[p], {})
-        windows.append(window.batches(max_players)[0])
+        windows.append(window.batches(max_players))
     return windows
 
 

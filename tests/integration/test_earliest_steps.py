@@ -32,7 +32,7 @@ async def test_one_players_unmergeable_steps_count_towards_the_seal(redis_client
     fold.fold_checked(recs, decode_all(recs, Decoder()), {"e": -1}, set(), {"e": definition}, {}, {})
     cap = 4_000  # max_script_players default: the intake seals when largest_board() >= cap
     print("largest_board", fold.largest_board(), "entries", fold.entries, "steps", len(fold.steps["e"]["p"]))
-    batches, _ = window.batches(cap)
+    batches = window.batches(cap)
     started = time.monotonic()
     [result] = await RedisSink(redis_client, "scores").flush(batches, lambda b, p: NO_WATERMARK)
     took = time.monotonic() - started

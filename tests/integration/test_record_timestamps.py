@@ -25,6 +25,6 @@ async def test_a_record_timestamp_beyond_16_digits_is_out_of_range(redis_client:
     window.fold_for(0).fold_checked(recs, decode_all(recs, Decoder()), {"e": -1}, set(), {"e": definition}, {}, {})
     fold = window.folds[0]
     assert [reason.reason.value for _, reason in fold.dead] == ["out_of_range"]  # not a broken member
-    batches, _ = window.batches(100)
+    batches = window.batches(100)
     assert batches == []
     assert await redis_client.exists("hb:{e}") == 0

@@ -31,7 +31,7 @@ def _batches(defs: dict[str, BoardDef | DefinitionError], events: list[tuple[int
     marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
     window = Window()
     window.fold_for(0).fold_checked(records, decoded, marks, set(), defs, {}, periods)
-    return window.batches(100)[0]
+    return window.batches(100)
 
 
 async def test_a_stale_cached_seasonal_definition_is_refused_not_seeded(redis_client: Redis) -> None:
@@ -92,7 +92,7 @@ async def test_grouped_flush_mixed_fenced_and_period_boards(redis_client: Redis)
     window.fold_for(0).fold_checked(
         records, decoded, {str(f[0]): -1 for f in decoded if type(f) is tuple}, set(), defs, {}, periods
     )
-    batches = window.batches(100)[0]
+    batches = window.batches(100)
     await redis_client.hset(keys.applied_key("p2"), "scores:0", 99)  # p2 fenced
     await redis_client.script_flush()  # NOSCRIPT on every command: the groups are resent once
     res = await sink.flush(batches, lambda b, p: NO_WATERMARK)

@@ -38,7 +38,7 @@ async def _flush(redis: Redis, definition: BoardDef, events: list[tuple[str, int
     """(player, delta, ts) on board ``race``, written when they happened, through routing, fold and flush."""
     window = Window()
     _fold(window, 0, definition, [(i, p, d, ts) for i, (p, d, ts) in enumerate(events)])
-    batches, _ = window.batches(100)
+    batches = window.batches(100)
     results = await RedisSink(redis, "scores").flush(batches, lambda b, p: NO_WATERMARK)
     assert all(r.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED) for r in results), results
     return batches
@@ -105,7 +105,7 @@ async def test_every_batch_of_a_window_is_checked_against_the_board_definition(
     folds = [(1, daily, [(0, "b", 3, now)]), (0, weekly, [(0, "a", 5, now)])]
     for partition, definition, events in folds if fresh_first else folds[::-1]:
         _fold(window, partition, definition, events)
-    batches, _ = window.batches(100)
+    batches = window.batches(100)
     week = f"race@{weekly.schedule.period_of(now).id}"
     assert week in {b.board for b in batches}
     results = await RedisSink(redis_client, "scores").flush(batches, lambda b, p: NO_WATERMARK)
@@ -122,10 +122,10 @@ async def test_a_registered_seasonal_board_still_checks_each_batch_definition(re
     now = int(datetime.now(UTC).timestamp() * 1000)
     first = Window()
     _fold(first, 0, daily, [(0, "a", 1, now)])
-    assert {r.outcome for r in await sink.flush(first.batches(100)[0], lambda b, p: NO_WATERMARK)} == {Outcome.APPLIED}
+    assert {r.outcome for r in await sink.flush(first.batches(100), lambda b, p: NO_WATERMARK)} == {Outcome.APPLIED}
     second = Window()
     _fold(second, 1, weekly, [(0, "b", 2, now)])
-    results = await sink.flush(second.batches(100)[0], lambda b, p: NO_WATERMARK)
+    results = await sink.flush(second.batches(100), lambda b, p: NO_WATERMARK)
     week = f"race@{weekly.schedule.period_of(now).id}"
     assert {r.outcome for r in results} == {Outcome.REDEFINED}
     assert await redis_client.exists(keys.board_key(week), keys.def_key(week)) == 0

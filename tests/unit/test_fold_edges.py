@@ -48,7 +48,7 @@ def test_a_board_summed_then_stepped_in_one_window_keeps_its_sums() -> None:
     late = BoardDef("desc", "incr", "earliest")
     last = [_rec(2, {"board": "b", "player": "z", "delta": 3, "meta": {"n": 1}})]
     fold.fold_checked(last, decode_all(last, decoder), {"b": -1}, clear, {"b": late}, fast, {})
-    [batch], _ = window.batches(100)
+    [batch] = window.batches(100)
     assert batch.definition == DEFAULT  # pinned for the window: the script refuses it (the stored one is late)
     carried = set(batch.deltas) | set(batch.steps or {}) | set(batch.states or {})
     assert carried == {"a", "z"}, f"player a's 11 points are dropped: batch carries {carried}"
@@ -66,6 +66,6 @@ def test_two_partitions_folded_under_two_definitions_flush_under_one_spec() -> N
     ):
         recs = [_rec(0, body)]
         window.fold_for(p).fold_checked(recs, decode_all(recs, decoder), {"b": -1}, set(), {"b": definition}, {}, {})
-    batches, _ = window.batches(100)
+    batches = window.batches(100)
     specs = {b.definition.spec for b in batches}
     assert len(batches) == 2 or len(specs) == 2, f"one batch, one spec {specs}: a mismatch is never refused"

@@ -33,8 +33,7 @@ def _fold(window: Window, partition: int, offset: int, board: str, player: str, 
 
 
 def _batches(w: Window, max_players: int = 10_000) -> dict[str, BoardBatch]:
-    batches, saturated = w.batches(max_players)
-    assert saturated == 0
+    batches = w.batches(max_players)
     return {b.board: b for b in batches}
 
 
@@ -70,7 +69,7 @@ def test_batches_stay_within_max_players_without_splitting_a_partition() -> None
     for p in range(4):
         for i in range(30):
             _fold(w, p, i, "g", f"p{p}-{i}", 1)
-    batches, _ = w.batches(max_players=70)
+    batches = w.batches(max_players=70)
     assert [sorted(b.offsets) for b in batches] == [[0, 1], [2, 3]]
     assert all(len(b.deltas) <= 70 for b in batches)
     assert sum(len(b.deltas) for b in batches) == 120
@@ -81,10 +80,10 @@ def test_a_window_sum_beyond_2_53_is_carried_exactly_in_the_clamp_form() -> None
     fold = w.fold_for(0)
     records = [_rec(i, "g", "whale", MAX_EXACT) for i in range(3)] + [_rec(3, "g", "minnow", -MAX_EXACT)]
     fold.fold_batch(records, {"g": DEFAULT}, Decoder())
-    [batch], saturated = w.batches(10_000)
+    [batch] = w.batches(10_000)
     assert batch.deltas == {}
+    # carried whole: held, and counted, by the script that applies it
     assert batch.states == {"whale": summed(3 * MAX_EXACT), "minnow": summed(-MAX_EXACT)}
-    assert saturated == 0  # held, and counted, by the script that applies it
     assert fold.boards["g"]["whale"] == 3 * MAX_EXACT  # the partition's own dict is untouched
 
 
@@ -96,7 +95,7 @@ def test_totals_match_reference_for_random_streams() -> None:
         p, board, player, delta = rng.randrange(4), rng.choice("abc"), f"p{rng.randrange(300)}", rng.randint(-9, 9)
         _fold(w, p, i, board, player, delta)
         ref[board, player] += delta
-    got = {(b.board, player): d for b in w.batches(10_000)[0] for player, d in b.deltas.items()}
+    got = {(b.board, player): d for b in w.batches(10_000) for player, d in b.deltas.items()}
     assert got == dict(ref)
 
 
@@ -105,13 +104,13 @@ def test_drop_forgets_only_the_revoked_partitions() -> None:
     _fold(w, 0, 1, "g", "a", 1)
     _fold(w, 1, 1, "g", "b", 1)
     w.drop([0])
-    assert [b.deltas for b in w.batches(10_000)[0]] == [{"b": 1}]
+    assert [b.deltas for b in w.batches(10_000)] == [{"b": 1}]
     assert w.offsets() == {1: 1}
 
 
 def test_empty_window_and_timestamps() -> None:
     w = Window()
-    assert w.is_empty() and w.batches(10) == ([], 0) and w.entries == 0
+    assert w.is_empty() and w.batches(10) == [] and w.entries == 0
     fold = w.fold_for(0)
     assert w.is_empty()  # a fold with nothing in it is still empty
     fold.note_ts(5)
@@ -253,11 +252,11 @@ def test_shares_of_different_forms_merge_in_partition_order() -> None:
     records = [record(set_3), _rec(1, "g", "x", 1)]
     fold = w.fold_for(1)
     fold.fold_checked(records, decode_all(records, Decoder()), {"g": -1}, set(), {"g": BoardDef()}, {}, {})
-    [batch] = w.batches(100)[0]
+    [batch] = w.batches(100)
     assert batch.states is not None and batch.deltas == {} and batch.offsets == {0: 0, 1: 1}
     assert result(batch.states["x"], 100) == 4 and result(batch.states["x"], None) == 4
     assert w.folds[0].boards["g"] == {"x": 5} and "x" in w.folds[1].ops["g"]
-    [again] = w.batches(100)[0]
+    [again] = w.batches(100)
     assert again.states == batch.states
 
 

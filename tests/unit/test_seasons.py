@@ -109,7 +109,7 @@ def test_a_period_board_batch_carries_its_board_period_and_expiry_as_routed() ->
         decoded, routed_defs, periods = route(records, decode_all(records, Decoder()), defs)
         marks = {str(f[0]): -1 for f in decoded if type(f) is tuple}
         window.fold_for(partition).fold_checked(records, decoded, marks, set(), routed_defs, {}, periods)
-    batches = {batch.board: batch for batch in window.batches(100)[0]}
+    batches = {batch.board: batch for batch in window.batches(100)}
     assert batches[f"b@{week.id}"].period == expected
     assert batches[f"b@{week.id}"].offsets == {0: 2, 1: 2}  # both partitions' shares, one batch
     assert batches["plain"].period is None
