@@ -10,7 +10,7 @@ workers send them). Redis is read for the definitions of boards the archive does
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -27,6 +27,11 @@ from archive.sink import ArchiveSink
 from hotboard import redis_connect
 from ingest.metrics import WorkerMetrics
 from ingest.worker import FlushReport, Worker
+
+log = logging.getLogger("hotboard.archiver")
+
+#: How long the exit waits for the cancelled gauge task to end before leaving it to the pool's terminate.
+GAUGES_STOP_S = 1.0
 
 
 class ArchiverMetrics(WorkerMetrics):
@@ -85,6 +90,7 @@ class Archiver:
         self.settings = settings
         self.metrics = ArchiverMetrics()
         self._on_flush = on_flush
+        self.audit_read_failures = 0
         self._stack = AsyncExitStack()
         self._archive = Archive(settings.postgres, settings.postgres_timeout_s)
         # one server or a Redis Cluster (--redis-cluster), as the workers reach it: only definitions are read here
@@ -129,18 +135,27 @@ class Archiver:
         self.worker.stop()
 
     async def run(self) -> None:
+        """The worker's run, with the audit gauges read beside it. The worker's outcome is the archiver's: the
+        gauge task is cancelled and given ``GAUGES_STOP_S`` to end, never awaited for its own result, so neither an
+        error of its own nor a cancelled query waiting on a frozen PostgreSQL (asyncpg shields the connection's
+        release) replaces or holds the worker's exit; the pool's terminate in ``__aexit__`` ends such a wait."""
         gauges = asyncio.create_task(self._read_audits(), name="hotboard-audit-gauges")
         try:
             await self.worker.run()
         finally:
             gauges.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await gauges
+            await asyncio.wait([gauges], timeout=GAUGES_STOP_S)  # never raises what ended the task
 
     async def _read_audits(self) -> None:
-        """The last audit's outcome into the gauges, every ``audit_read_s``; PostgreSQL down keeps the last read
-        (the archive-lag alerts say so), and the audits' staleness alert fires if it stays down."""
+        """The last audit's outcome into the gauges, every ``audit_read_s``. PostgreSQL down keeps the last read
+        (the archive-lag alerts say so, and the audits' staleness alert fires if it stays down); any other error is
+        logged and the read tried again: the gauges never stop the archiving."""
         while True:
-            with contextlib.suppress(ArchiveUnavailable):
+            try:
                 self.metrics.audited(await audit_log.last(self._archive))
+            except ArchiveUnavailable:
+                pass
+            except Exception:
+                self.audit_read_failures += 1
+                log.exception("reading the last audit failed (%d times)", self.audit_read_failures)
             await asyncio.sleep(self.settings.audit_read_s)
