@@ -67,11 +67,34 @@ class ArchiverMetrics(WorkerMetrics):
             "Boards the last audit of every board found not exact (a player differs or could not be verified)",
             registry=self.registry,
         )
+        self.audit_differ = Gauge(
+            "hotboard_archive_audit_players_differ",
+            "Players the last audit of every board found differing (its DIFFERS lines; unverified ones not counted)",
+            registry=self.registry,
+        )
+        self.audit_runs_not_exact = Gauge(
+            "hotboard_archive_audit_runs_not_exact",
+            "Audits of every board in a row, up to the last, that found a board not exact; 0: the last found all exact",
+            registry=self.registry,
+        )
+        # The staleness alert's clock: a fresh install (no audit yet, the last-run gauge at 0) is not overdue until
+        # an audit was due, counted from this archiver's start; once one ran, from its finish, read from the
+        # archive, so a restart does not reset it.
+        self.started_at = time.time()
+        self.last_audit_s = 0.0
+        Gauge(
+            "hotboard_archive_audit_awaited_since_timestamp_seconds",
+            "Since when an audit of every board is awaited: the last one's finish, or (none yet) this archiver's start",
+            registry=self.registry,
+        ).set_function(lambda: self.last_audit_s or self.started_at)
 
     def audited(self, last: LastAudit) -> None:
-        self.audit_last_run.set(last.finished_at_ms / 1000)
+        self.last_audit_s = last.finished_at_ms / 1000
+        self.audit_last_run.set(self.last_audit_s)
         self.audit_last_success.set(last.last_success_ms / 1000)
         self.audit_not_exact.set(last.not_exact)
+        self.audit_differ.set(last.differences)
+        self.audit_runs_not_exact.set(last.runs_not_exact)
 
     def _lag(self) -> float:
         return sum(s.value for m in self.consumer_lag.collect() for s in m.samples)
