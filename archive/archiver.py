@@ -10,7 +10,7 @@ workers send them). Redis is read for the definitions of boards the archive does
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -27,6 +27,11 @@ from archive.sink import ArchiveSink
 from hotboard import redis_connect
 from ingest.metrics import WorkerMetrics
 from ingest.worker import FlushReport, Worker
+
+log = logging.getLogger("hotboard.archiver")
+
+#: How long the exit waits for the cancelled gauge task to end before leaving it to the pool's terminate.
+GAUGES_STOP_S = 1.0
 
 
 class ArchiverMetrics(WorkerMetrics):
@@ -62,11 +67,34 @@ class ArchiverMetrics(WorkerMetrics):
             "Boards the last audit of every board found not exact (a player differs or could not be verified)",
             registry=self.registry,
         )
+        self.audit_differ = Gauge(
+            "hotboard_archive_audit_players_differ",
+            "Players the last audit of every board found differing (its DIFFERS lines; unverified ones not counted)",
+            registry=self.registry,
+        )
+        self.audit_runs_not_exact = Gauge(
+            "hotboard_archive_audit_runs_not_exact",
+            "Audits of every board in a row, up to the last, that found a board not exact; 0: the last found all exact",
+            registry=self.registry,
+        )
+        # The staleness alert's clock: a fresh install (no audit yet, the last-run gauge at 0) is not overdue until
+        # an audit was due, counted from this archiver's start; once one ran, from its finish, read from the
+        # archive, so a restart does not reset it.
+        self.started_at = time.time()
+        self.last_audit_s = 0.0
+        Gauge(
+            "hotboard_archive_audit_awaited_since_timestamp_seconds",
+            "Since when an audit of every board is awaited: the last one's finish, or (none yet) this archiver's start",
+            registry=self.registry,
+        ).set_function(lambda: self.last_audit_s or self.started_at)
 
     def audited(self, last: LastAudit) -> None:
-        self.audit_last_run.set(last.finished_at_ms / 1000)
+        self.last_audit_s = last.finished_at_ms / 1000
+        self.audit_last_run.set(self.last_audit_s)
         self.audit_last_success.set(last.last_success_ms / 1000)
         self.audit_not_exact.set(last.not_exact)
+        self.audit_differ.set(last.differences)
+        self.audit_runs_not_exact.set(last.runs_not_exact)
 
     def _lag(self) -> float:
         return sum(s.value for m in self.consumer_lag.collect() for s in m.samples)
@@ -85,6 +113,7 @@ class Archiver:
         self.settings = settings
         self.metrics = ArchiverMetrics()
         self._on_flush = on_flush
+        self.audit_read_failures = 0
         self._stack = AsyncExitStack()
         self._archive = Archive(settings.postgres, settings.postgres_timeout_s)
         # one server or a Redis Cluster (--redis-cluster), as the workers reach it: only definitions are read here
@@ -129,18 +158,27 @@ class Archiver:
         self.worker.stop()
 
     async def run(self) -> None:
+        """The worker's run, with the audit gauges read beside it. The worker's outcome is the archiver's: the
+        gauge task is cancelled and given ``GAUGES_STOP_S`` to end, never awaited for its own result, so neither an
+        error of its own nor a cancelled query waiting on a frozen PostgreSQL (asyncpg shields the connection's
+        release) replaces or holds the worker's exit; the pool's terminate in ``__aexit__`` ends such a wait."""
         gauges = asyncio.create_task(self._read_audits(), name="hotboard-audit-gauges")
         try:
             await self.worker.run()
         finally:
             gauges.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await gauges
+            await asyncio.wait([gauges], timeout=GAUGES_STOP_S)  # never raises what ended the task
 
     async def _read_audits(self) -> None:
-        """The last audit's outcome into the gauges, every ``audit_read_s``; PostgreSQL down keeps the last read
-        (the archive-lag alerts say so), and the audits' staleness alert fires if it stays down."""
+        """The last audit's outcome into the gauges, every ``audit_read_s``. PostgreSQL down keeps the last read
+        (the archive-lag alerts say so, and the audits' staleness alert fires if it stays down); any other error is
+        logged and the read tried again: the gauges never stop the archiving."""
         while True:
-            with contextlib.suppress(ArchiveUnavailable):
+            try:
                 self.metrics.audited(await audit_log.last(self._archive))
+            except ArchiveUnavailable:
+                pass
+            except Exception:
+                self.audit_read_failures += 1
+                log.exception("reading the last audit failed (%d times)", self.audit_read_failures)
             await asyncio.sleep(self.settings.audit_read_s)

@@ -27,12 +27,21 @@ class Audited(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class LastAudit:
-    """When the last audit of every board finished, how many boards it found not exact, and when the last one
-    that found every board exact finished (ms since the epoch; 0: none yet)."""
+    """When the last audit of every board finished, how many boards it found not exact and how many players
+    differ (``DIFFERS``; the other boards not exact were unverified), how many audits in a row up to it found a
+    board not exact, and when the last one that found every board exact finished (ms since the epoch; 0: none yet).
+
+    A board not exact on one run alone may be one the audit could not verify for a passing reason (a board whose
+    first window the archive has not written yet while Kafka no longer starts at 0, a player whose events in
+    between were on two partitions moving opposite ways); a player that differs is a difference between two
+    consistent snapshots carried to the same offsets, not a race. The alerts page on the latter, or on the former
+    twice running (deploy/prometheus/alerts.yml)."""
 
     finished_at_ms: int = 0
     not_exact: int = 0
     last_success_ms: int = 0
+    differences: int = 0
+    runs_not_exact: int = 0
 
 
 async def record(archive: Archive, results: Sequence[Audited], finished_at_ms: int) -> None:
@@ -51,10 +60,12 @@ async def record(archive: Archive, results: Sequence[Audited], finished_at_ms: i
 async def last(archive: Archive) -> LastAudit:
     async with archive.connection() as conn:
         row = await conn.fetchrow(
-            "SELECT finished_at_ms, not_exact, "
-            "(SELECT max(finished_at_ms) FROM hb_audits WHERE not_exact = 0) AS success "
+            "SELECT finished_at_ms, not_exact, differences, "
+            "(SELECT max(finished_at_ms) FROM hb_audits WHERE not_exact = 0) AS success, "
+            "(SELECT count(*) FROM hb_audits WHERE id > "
+            "  coalesce((SELECT max(id) FROM hb_audits WHERE not_exact = 0), 0)) AS runs "
             "FROM hb_audits ORDER BY id DESC LIMIT 1"
         )
     if row is None:
         return LastAudit()
-    return LastAudit(row["finished_at_ms"], row["not_exact"], row["success"] or 0)
+    return LastAudit(row["finished_at_ms"], row["not_exact"], row["success"] or 0, row["differences"], row["runs"])

@@ -24,6 +24,9 @@ pytestmark = pytest.mark.integration
 LAST_RUN = "hotboard_archive_audit_last_run_timestamp_seconds"
 LAST_SUCCESS = "hotboard_archive_audit_last_success_timestamp_seconds"
 NOT_EXACT = "hotboard_archive_audit_boards_not_exact"
+DIFFER = "hotboard_archive_audit_players_differ"
+RUNS = "hotboard_archive_audit_runs_not_exact"
+AWAITED = "hotboard_archive_audit_awaited_since_timestamp_seconds"
 
 
 def wait_gauge(process: WorkerProcess, name: str, check: Callable[[float], bool], timeout_s: float = 30.0) -> float:
@@ -50,6 +53,7 @@ def test_the_archiver_exports_the_last_audit_and_a_corrupted_player_flips_it(
     archiver = archiver_process(kafka, url, postgres_url, topic, f"g-{uuid.uuid4().hex[:8]}", tmp_path)
     archiver.env["HOTBOARD_AUDIT_READ_S"] = "0.2"
     try:
+        before_start = time.time()
         archiver.start()
         worker.wait_ready()
         archiver.wait_ready()
@@ -57,15 +61,17 @@ def test_the_archiver_exports_the_last_audit_and_a_corrupted_player_flips_it(
         expected = totals_of(events)
         wait_exact(url, expected)
         wait_archived(postgres_url, expected)
-        # never audited: no success to speak of, so the staleness alert holds from the start
+        # never audited: no run, no success; the staleness clock runs from the archiver's start, not from 1970
         assert archiver.metric(LAST_RUN) == 0 and archiver.metric(LAST_SUCCESS) == 0
+        assert before_start <= archiver.metric(AWAITED) <= time.time()
+        assert archiver.metric(DIFFER) == 0 and archiver.metric(RUNS) == 0
 
         started = time.time()
         clean = run_audit(kafka, url, postgres_url, topic)
         assert clean.returncode == 0, clean.stdout + clean.stderr
         success = wait_gauge(archiver, LAST_SUCCESS, lambda v: v > 0)
         assert started <= success <= time.time()
-        assert archiver.metric(NOT_EXACT) == 0 and archiver.metric(LAST_RUN) == success
+        assert archiver.metric(NOT_EXACT) == 0 and archiver.metric(LAST_RUN) == success == archiver.metric(AWAITED)
 
         r = redis.Redis.from_url(url)
         r.zincrby(keys.board_key("global"), 1, "p-1")  # behind the worker's back
@@ -74,10 +80,29 @@ def test_the_archiver_exports_the_last_audit_and_a_corrupted_player_flips_it(
         assert corrupted.returncode == 1, corrupted.stdout + corrupted.stderr
         assert wait_gauge(archiver, NOT_EXACT, lambda v: v > 0) == 1  # one board: global
         assert archiver.metric(LAST_RUN) > success == archiver.metric(LAST_SUCCESS), "the last success stays"
+        assert archiver.metric(DIFFER) == 1 and archiver.metric(RUNS) == 1  # a difference: pages at once
 
         # an audit of one board is not an audit of every board: the gauges keep the last full one
         one = run_audit(kafka, url, postgres_url, topic, "--board", "board-1")
         assert one.returncode == 0, one.stdout + one.stderr
         assert archiver.metric(NOT_EXACT) == 1
+
+        # the player put right, a board whose definition cannot be read: unverified, no difference (a ticket),
+        # and the second audit in a row not exact (a page)
+        r = redis.Redis.from_url(url)
+        r.zincrby(keys.board_key("global"), -1, "p-1")
+        r.set(keys.def_key("broken"), "not a hash")
+        r.zadd(keys.BOARD_INDEX_KEY, {"broken": 0})
+        unverified = run_audit(kafka, url, postgres_url, topic)
+        assert unverified.returncode == 1, unverified.stdout + unverified.stderr
+        assert wait_gauge(archiver, RUNS, lambda v: v > 1) == 2
+        assert archiver.metric(DIFFER) == 0 and archiver.metric(NOT_EXACT) == 1
+
+        r.zrem(keys.BOARD_INDEX_KEY, "broken")
+        r.close()
+        exact = run_audit(kafka, url, postgres_url, topic)
+        assert exact.returncode == 0, exact.stdout + exact.stderr
+        assert wait_gauge(archiver, RUNS, lambda v: v == 0) == 0
+        assert archiver.metric(NOT_EXACT) == 0 and archiver.metric(LAST_SUCCESS) == archiver.metric(AWAITED)
     finally:
         archiver.cleanup()

@@ -330,6 +330,7 @@ def test_alert_rules_have_severity_annotations_and_runbook_url() -> None:
         "HotboardArchiveLagging",
         "HotboardArchiverDown",
         "HotboardAuditFailed",
+        "HotboardAuditUnverified",
         "HotboardAuditStale",
     } <= names
     for rule in rules:
@@ -395,7 +396,8 @@ def test_dashboard_covers_the_issue_panels() -> None:
         "hotboard_archive_last_window_age_seconds",
         "hotboard_archive_windows_total",
         "hotboard_archive_audit_boards_not_exact",
-        "hotboard_archive_audit_last_run_timestamp_seconds",
+        "hotboard_archive_audit_players_differ",
+        "hotboard_archive_audit_awaited_since_timestamp_seconds",
     ):
         assert needle in exprs, needle
     assert "histogram_quantile(0.5," in exprs
