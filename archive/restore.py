@@ -9,7 +9,8 @@ the archived one: a reader's cache keyed by version never serves the old board f
 The topic's checkpoints are lowered to the archive's before the swaps, by each swap (in its script, to the
 checkpoints of the snapshot the board was read from) and once more after them: a worker whose checkpoint move is
 refused, or that is fenced on a swapped board, resynchronises, and replays from no later than the archive's
-checkpoint the tail the restored boards lack (their watermarks skip what they hold).
+checkpoint the tail the restored boards lack (their watermarks skip what they hold). Each lowering bumps the
+partition's restore generation, which the move compares: it is refused even where the checkpoint was no higher.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """One topic's checkpoint hash (``hb:ckpt:{T}``, one Redis Cluster slot): each partition's checkpoint, its halt,
-and its log **epoch**, which names the watermark field its boards keep.
+its log **epoch**, which names the watermark field its boards keep, and its restore **generation**, which every
+restore or rebuild swap bumps: a checkpoint move expects the one read at positioning, so a move decided before a
+swap is refused even where the swap left the checkpoint's value as it was.
 
 The epoch ties every board's watermarks to the log they came from. A topic deleted and re-created starts its
 offsets at 0 again while the boards still hold the old log's watermarks, so an event of the new log at or below
