@@ -9,7 +9,8 @@ the archived one: a reader's cache keyed by version never serves the old board f
 The topic's checkpoints are lowered to the archive's before the swaps, by each swap (in its script, to the
 checkpoints of the snapshot the board was read from) and once more after them: a worker whose checkpoint move is
 refused, or that is fenced on a swapped board, resynchronises, and replays from no later than the archive's
-checkpoint the tail the restored boards lack (their watermarks skip what they hold).
+checkpoint the tail the restored boards lack (their watermarks skip what they hold). Each lowering bumps the
+partition's restore generation, which the move compares: it is refused even where the checkpoint was no higher.
 """
 
 from __future__ import annotations
@@ -44,6 +45,21 @@ _KINDS: tuple[Callable[[str], str], ...] = (
     keys.dense_key,
     keys.counts_key,
 )
+#: Lower checkpoints, never raise them, and bump each named partition's restore generation (``<p>:gen``, see
+#: :func:`hotboard.keys.gen_field`) even where its checkpoint was no higher already: a worker's move decided
+#: before (a window it applied to the board this swap replaced) is then refused, and it resynchronises. From
+#: ARGV[first]: (partition, checkpoint, epoch) triples (epoch '0': left as it is).
+_LOWERING = """
+local function lower(ckpt_key, first)
+  for i = first, #ARGV, 3 do
+    local partition, lowered, epoch = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+    local cur = redis.call('HGET', ckpt_key, partition)
+    if not cur or tonumber(cur) > tonumber(lowered) then redis.call('HSET', ckpt_key, partition, lowered) end
+    if epoch ~= '0' then redis.call('HSET', ckpt_key, partition .. ':epoch', epoch) end
+    redis.call('HINCRBY', ckpt_key, partition .. ':gen', 1)
+  end
+end
+"""
 #: Swap a restored board in, and lower the topic's checkpoints to the archive's as of the snapshot the board was
 #: read from, in the same step: a worker that was fenced on this board, or whose checkpoint move is refused,
 #: then replays from no later than what the board holds (lowered only before and after every swap, a worker
@@ -52,14 +68,11 @@ _KINDS: tuple[Callable[[str], str], ...] = (
 #: checkpoint hash (left out on a Redis Cluster, where it lives on another slot: see :func:`_swap`). ARGV: the
 #: archived version (-1: a seasonal board's own meta, which holds no version), when the keys expire (ms; 0:
 #: never), then (partition, checkpoint, epoch) triples as for _LOWER (none without the checkpoint hash).
-_SWAP = Script(f"""
+_SWAP = Script(
+    _LOWERING
+    + f"""
 local archived, expire_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-local checkpoints = KEYS[17]
-for i = 3, #ARGV, 3 do
-  local cur = redis.call('HGET', checkpoints, ARGV[i])
-  if not cur or tonumber(cur) > tonumber(ARGV[i + 1]) then redis.call('HSET', checkpoints, ARGV[i], ARGV[i + 1]) end
-  if ARGV[i + 2] ~= '0' then redis.call('HSET', checkpoints, ARGV[i] .. ':epoch', ARGV[i + 2]) end
-end
+lower(KEYS[17], 3)
 if archived >= 0 then
   local live = tonumber(redis.call('HGET', KEYS[3], '{keys.META_VERSION}') or '0')
   redis.call('HSET', KEYS[11], '{keys.META_VERSION}', math.max(live, archived) + 1)
@@ -73,16 +86,17 @@ for i = 1, 8 do
   end
 end
 return 1
-""")
-#: Lower checkpoints, never raise them. KEYS: the checkpoint hash. ARGV: (partition, checkpoint, epoch) triples.
-_LOWER = Script("""
-for i = 1, #ARGV, 3 do
-  local cur = redis.call('HGET', KEYS[1], ARGV[i])
-  if not cur or tonumber(cur) > tonumber(ARGV[i + 1]) then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-  if ARGV[i + 2] ~= '0' then redis.call('HSET', KEYS[1], ARGV[i] .. ':epoch', ARGV[i + 2]) end
-end
+"""
+)
+#: Lower checkpoints (and bump generations) alone. KEYS: the checkpoint hash. ARGV: (partition, checkpoint,
+#: epoch) triples.
+_LOWER = Script(
+    _LOWERING
+    + """
+lower(KEYS[1], 1)
 return 1
-""")
+"""
+)
 CHUNK = 10_000
 #: Chunks written to Redis at once (see :func:`_copy_players`).
 IN_FLIGHT = 2

@@ -1,5 +1,7 @@
 """One topic's checkpoint hash (``hb:ckpt:{T}``, one Redis Cluster slot): each partition's checkpoint, its halt,
-and its log **epoch**, which names the watermark field its boards keep.
+its log **epoch**, which names the watermark field its boards keep, and its restore **generation**, which every
+restore or rebuild swap bumps: a checkpoint move expects the one read at positioning, so a move decided before a
+swap is refused even where the swap left the checkpoint's value as it was.
 
 The epoch ties every board's watermarks to the log they came from. A topic deleted and re-created starts its
 offsets at 0 again while the boards still hold the old log's watermarks, so an event of the new log at or below
@@ -35,6 +37,8 @@ class CheckpointHash:
         #: partition -> its epoch, as read at its last positioning (absent: 0).
         self._epochs: dict[int, int] = {}
         self._fields: dict[int, str] = {}
+        #: partition -> its restore generation (``<p>:gen``), as read at its last positioning (absent: 0).
+        self._gens: dict[int, int] = {}
 
     def field(self, partition: int) -> str:
         """The watermark field this partition's boards keep, in the epoch it was positioned in."""
@@ -57,22 +61,23 @@ class CheckpointHash:
         """One HMGET: partition -> checkpoint (where there is one), and partition -> (reason, checkpoint then)
         of a halt recorded earlier. A halt holds while the checkpoint is unchanged (an operator lifts it by
         writing the checkpoint). Each partition's epoch is read too: its watermarks from now on are that
-        epoch's."""
+        epoch's; and its restore generation, which every checkpoint move from now on expects."""
         ordered = list(partitions)
         if not ordered:
             return {}, {}
-        fields = [f for p in ordered for f in (str(p), keys.halt_field(p), keys.epoch_field(p))]
+        fields = [f for p in ordered for f in (str(p), keys.halt_field(p), keys.epoch_field(p), keys.gen_field(p))]
         values = await self._redis.hmget(self._key, fields)
         checkpoints: dict[int, int] = {}
         halts: dict[int, tuple[str, int]] = {}
         for i, p in enumerate(ordered):
-            checkpoint, halt, epoch = values[3 * i : 3 * i + 3]
+            checkpoint, halt, epoch, gen = values[4 * i : 4 * i + 4]
             if checkpoint is not None:
                 checkpoints[p] = int(checkpoint)
             if halt is not None:
                 reason, _, at = (halt.decode() if isinstance(halt, bytes) else str(halt)).partition(" ")
                 halts[p] = (reason, int(at))
             self._set_epoch(p, 0 if epoch is None else int(epoch))
+            self._gens[p] = 0 if gen is None else int(gen)
         return checkpoints, halts
 
     async def record_halt(self, partition: int, reason: str) -> None:
@@ -95,12 +100,13 @@ class CheckpointHash:
         return checkpoint
 
     async def advance_checkpoints(self, moves: dict[int, tuple[int, int]]) -> list[CheckpointResult]:
-        """``moves``: partition -> (expected, new). Each moves only from the value the worker expects."""
+        """``moves``: partition -> (expected, new). Each moves only from the value the worker expects, and only
+        if no restore or rebuild swapped boards in since the partition was positioned (its generation)."""
         if not moves:
             return []
         args: list[Any] = []
         for partition, (old, new) in moves.items():
-            args += (str(partition), old, new)
+            args += (str(partition), old, new, self._gens.get(partition, 0))
         replies = await _CHECKPOINT(self._redis, [self._key], args)
         return [CheckpointResult(p, int(ok) == 1, int(prev)) for p, (ok, prev) in zip(moves, replies, strict=True)]
 

@@ -100,6 +100,13 @@ def epoch_field(partition: int) -> str:
     return f"{partition}:epoch"
 
 
+def gen_field(partition: int) -> str:
+    """Field of ``hb:ckpt:{T}``: how many restore or rebuild swaps named the partition (absent: 0). Each bumps it,
+    even where the checkpoint it lowers to is the one Redis holds already; the checkpoint script compares it as it
+    compares the checkpoint, so a move decided before a swap is refused."""
+    return f"{partition}:gen"
+
+
 def is_valid_board(board: str) -> bool:
     return BOARD_RE.fullmatch(board) is not None
 

@@ -243,17 +243,21 @@ return commit(0, 0, n, expire_ms, 8, saturated)
 )
 
 #: Advance per-partition checkpoints, each only from the value the worker knows. KEYS: checkpoint hash.
-#: ARGV: triples (field, expected, new); expected '-1' means "absent". Returns one {ok, previous} per triple:
-#: a mismatch (absent after a FLUSHALL, behind after a lost second, ahead after another owner) is the
-#: worker's cue to resynchronise, never overwritten. A halted partition's checkpoint (``<p>:halt`` present)
-#: never moves here: while it is halted only an operator writes it, and that write is what lifts the halt.
+#: ARGV: quadruples (partition, expected, new, generation); expected '-1' means "absent". Returns one {ok,
+#: previous} per quadruple: a mismatch (absent after a FLUSHALL, behind after a lost second, ahead after another
+#: owner) is the worker's cue to resynchronise, never overwritten. The generation (``<p>:gen``, absent: '0') is
+#: the one the worker read when it positioned the partition: a restore or rebuild swap bumps it, so a move decided
+#: before a swap is refused even where the swap left the checkpoint's value as it was (the window it covers may
+#: be missing from the swapped board). A halted partition's checkpoint (``<p>:halt`` present) never moves here:
+#: while it is halted only an operator writes it, and that write is what lifts the halt.
 CHECKPOINT = """
 local ckpt_key = KEYS[1]
 local out = {}
-for i = 1, #ARGV, 3 do
-  local partition, expected, new = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local cur = redis.call('HGET', ckpt_key, partition) or '-1'
-  if cur == expected and redis.call('HEXISTS', ckpt_key, partition .. ':halt') == 0 then
+for i = 1, #ARGV, 4 do
+  local partition, expected, new, gen = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local held = redis.call('HMGET', ckpt_key, partition, partition .. ':gen', partition .. ':halt')
+  local cur = held[1] or '-1'
+  if cur == expected and (held[2] or '0') == gen and not held[3] then
     redis.call('HSET', ckpt_key, partition, new)
     out[#out + 1] = {1, cur}
   else

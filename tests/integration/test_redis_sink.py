@@ -7,6 +7,7 @@ from typing import cast
 import pytest
 from redis.asyncio import Redis
 
+from archive import restore
 from flusher.batch import NO_WATERMARK, BoardBatch, ExpectedWatermark, Outcome
 from flusher.redis_sink import RedisSink
 from hotboard import keys
@@ -104,6 +105,27 @@ async def test_checkpoints_move_only_from_the_expected_value(redis_client: Redis
     await redis_client.flushall()
     [gone] = await sink.advance_checkpoints({1: (9, 20)})
     assert not gone.ok and gone.previous == NO_WATERMARK
+
+
+async def test_a_swap_refuses_a_checkpoint_move_decided_before_it_even_at_the_same_checkpoint(
+    redis_client: Redis,
+) -> None:
+    """A restore's lowering that finds the checkpoint no higher changes no checkpoint, but bumps the partition's
+    generation: a move from the value the worker knows is refused until it positions again (reading it)."""
+    sink = RedisSink(redis_client, "scores")
+    ckpt = keys.checkpoint_key("scores")
+    await redis_client.hset(ckpt, "0", 10)
+    assert await sink.load_checkpoints([0, 1]) == {0: 10}
+    await restore._LOWER(redis_client, [ckpt], ["0", 10, 0])  # the archive's checkpoint: the one Redis holds
+    assert await redis_client.hmget(ckpt, ["0", keys.gen_field(0), keys.gen_field(1)]) == [b"10", b"1", None]
+    [refused, other] = await sink.advance_checkpoints({0: (10, 12), 1: (NO_WATERMARK, 3)})
+    assert (refused.ok, refused.previous) == (False, 10) and other.ok, "partition 1 was not swapped: it moves"
+    assert await redis_client.hget(ckpt, "0") == b"10"
+    assert await sink.load_checkpoints([0]) == {0: 10}
+    assert [r.ok for r in await sink.advance_checkpoints({0: (10, 12)})] == [True]
+    await redis_client.flushall()  # every field absent again: generation 0, as a fresh worker knows it
+    fresh = RedisSink(redis_client, "scores")
+    assert [r.ok for r in await fresh.advance_checkpoints({0: (NO_WATERMARK, 5)})] == [True]
 
 
 async def test_a_halt_pins_its_checkpoint_and_a_lift_for_a_new_log_moves_the_epoch(redis_client: Redis) -> None:

@@ -19,10 +19,25 @@ from redis.asyncio import Redis
 from archive import restore
 from archive.pool import Archive
 from cli.devstack import RedisServer
+from cli.loadgen import publish
+from flusher.batch import CheckpointResult
 from hotboard import keys
+from ingest.worker import Worker
 from tests.integration.archive_harness import archiver_process, wait_archived
 from tests.integration.conftest import Spawn
-from tests.integration.harness import Feeder, Totals, board_totals, skewed_events, totals_of, wait_exact
+from tests.integration.harness import (
+    Feeder,
+    Totals,
+    board_totals,
+    checkpoint,
+    read_boards,
+    skewed_events,
+    totals_of,
+    wait_exact,
+    wait_while_running,
+    worker_events,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -146,3 +161,74 @@ def test_restore_while_workers_write_loses_no_event(
         wait_exact(redis_server.url, expected, timeout_s=30)
     finally:
         archiver.cleanup()
+
+
+async def _archive_checkpoints(url: str, topic: str) -> dict[int, int]:
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch("SELECT partition, checkpoint FROM hb_checkpoints WHERE topic = $1", topic)
+    except asyncpg.UndefinedTableError:
+        return {}  # the archiver has not created its schema yet
+    finally:
+        await conn.close()
+    return {r["partition"]: r["checkpoint"] for r in rows if r["checkpoint"] is not None}
+
+
+@pytest.mark.parametrize("run", ["swap", "restore"])
+async def test_a_swap_between_a_flush_and_its_checkpoint_move_loses_no_event(
+    run: str, kafka: str, topic_factory: Callable[..., str], redis_url: str, postgres_url: str, tmp_path: Path
+) -> None:
+    """The worker applied a window to the live board and is about to move the checkpoint; the restore swaps in
+    the archive's copy of the board, which lacks that window, and "lowers" the checkpoint to the archive's, which
+    is the value Redis holds already: the hash does not change. The worker's move (a compare-and-set from the
+    value it knows) must still be refused, or the window is gone from the board for good. ``swap``: the board's
+    swap script alone (its own lowering); ``restore``: the whole command, lowerings before and after too."""
+    topic = topic_factory(1)
+    head, window = worker_events("global", 20, 300), worker_events("global", 20, 200, start=300)
+    await publish(kafka, topic, head)
+    archiver = archiver_process(kafka, redis_url, postgres_url, topic, f"g-{uuid.uuid4().hex[:8]}", tmp_path)
+    try:
+        archiver.start()
+        archiver.wait_ready()
+        deadline = time.monotonic() + 60
+        while await _archive_checkpoints(postgres_url, topic) != {0: len(head) - 1}:
+            assert time.monotonic() < deadline, "the archive never reached the head's end"
+            await asyncio.sleep(0.2)
+        assert archiver.terminate()[0] == 0
+    finally:
+        archiver.cleanup()
+    settings = worker_settings(kafka, redis_url, topic, f"g-{topic}")
+    async with Worker(settings, handle_signals=False) as worker, Archive(postgres_url) as archive:
+        real_advance = worker._sink.advance_checkpoints
+        held, release = asyncio.Event(), asyncio.Event()
+
+        async def advance(moves: dict[int, tuple[int, int]]) -> list[CheckpointResult]:
+            """The first move past the head (the window's, its batches applied): held while the restore runs."""
+            if not held.is_set() and any(new >= len(head) for _, new in moves.values()):
+                held.set()
+                await release.wait()
+            return await real_advance(moves)
+
+        worker._sink.advance_checkpoints = advance  # type: ignore[method-assign]
+        task = asyncio.create_task(worker.run())
+        client = Redis.from_url(redis_url)
+        try:
+            await wait_while_running(lambda: checkpoint(redis_url, topic) == len(head) - 1, task, "the head applied")
+            assert read_boards(redis_url, ["global"]) == totals_of(head)
+            await publish(kafka, topic, window)
+            await wait_while_running(held.is_set, task, "the window's checkpoint move")
+            assert read_boards(redis_url, ["global"]) == totals_of(head + window), "the window is on the live board"
+            if run == "swap":
+                assert await restore.restore_board(archive, client, topic, "global", int(time.time() * 1000))
+            else:
+                await restore.restore(archive, client, topic, None, lambda _: None)
+            assert checkpoint(redis_url, topic) == len(head) - 1, "the archive's checkpoint: nothing to lower"
+            release.set()
+            end = len(head) + len(window) - 1
+            await wait_while_running(lambda: checkpoint(redis_url, topic) == end, task, "the window's checkpoint")
+            assert read_boards(redis_url, ["global"]) == totals_of(head + window), "the window's events were lost"
+        finally:
+            release.set()
+            await client.aclose()
+            worker.stop()
+            await asyncio.wait_for(task, 30)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from archive import restore
 from hotboard import keys, lua
 
 
@@ -14,8 +15,9 @@ def test_layout() -> None:
     assert keys.watermark_field("scores", 3) == "scores:3"
     assert keys.watermark_field("scores", 3, epoch=2) == "scores:3:2"
     # the checkpoint hash's per-partition fields; the Lua scripts build the same names from the partition
-    assert (keys.halt_field(3), keys.epoch_field(3)) == ("3:halt", "3:epoch")
+    assert (keys.halt_field(3), keys.epoch_field(3), keys.gen_field(3)) == ("3:halt", "3:epoch", "3:gen")
     assert "':halt'" in lua.CHECKPOINT and "':halt'" in lua.LIFT_HALT and "':epoch'" in lua.LIFT_HALT
+    assert "':gen'" in lua.CHECKPOINT and "':gen'" in restore._SWAP.text and "':gen'" in restore._LOWER.text
     assert keys.BOARD_INDEX_KEY == "hb:board-index"
     for make, suffix in (
         (keys.def_key, "def"),
