@@ -131,6 +131,9 @@ class _Channel:
 
     question: Question
     latest: Answer
+    #: The board version the answer is known to be current at: the polled one it was read after, or (a question's
+    #: first answer) the version that answer was read at.
+    known: object
     subscribers: set[Subscription] = field(default_factory=set)
 
     def publish(self, answer: Answer) -> None:
@@ -143,10 +146,9 @@ class _Channel:
 
 @dataclass(eq=False)
 class _Board:
-    """One board's questions and the version their answers were last read at."""
+    """One board's questions and its watcher."""
 
     name: str
-    seen: object
     channels: dict[Hashable, _Channel] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
 
@@ -198,8 +200,8 @@ class Streams:
             answer = await self._read_one(question)  # raises ApiError: no stream
             board = self._boards.get(question.board)  # another stream may have started it meanwhile
             if board is None:
-                board = self._boards[question.board] = _Board(question.board, answer.version)
-            channel = board.channels.setdefault(question.key, _Channel(question, answer))
+                board = self._boards[question.board] = _Board(question.board)
+            channel = board.channels.setdefault(question.key, _Channel(question, answer, answer.version))
         assert board is not None
         subscription = Subscription()
         channel.subscribers.add(subscription)
@@ -237,19 +239,21 @@ class Streams:
                 del self._boards[board.name]
 
     async def poll(self, board: _Board) -> None:
-        """One poll: the version, and only when it moved every question's answer in one round trip."""
+        """One poll: the version, and only when it moved the answer of every question behind it, in one round trip.
+        Per question, not per board: a question that joined meanwhile may hold an answer older or newer than the
+        others'."""
         self.metrics.version_checks.inc()
         version = await self.reads.version(board.name)
-        if version == board.seen:
+        channels = [c for c in board.channels.values() if c.known != version]  # at most the cap: a bounded batch
+        if not channels:
             return
-        channels = list(board.channels.values())  # at most api_max_streams: the batch is bounded by the cap
         self.metrics.answer_reads.inc(len(channels))
         self.metrics.round_trips.inc()
         replies = await self.reads.replies([c.question.call for c in channels])
         answers = [await self._answer(c.question, reply) for c, reply in zip(channels, replies, strict=True)]
-        for channel, answer in zip(channels, answers, strict=True):
+        for channel, answer in zip(channels, answers, strict=True):  # only once all were read: a failure reads again
             channel.publish(answer)
-        board.seen = version  # only once every answer was read: a failed read is tried again
+            channel.known = version
 
     async def _read_one(self, question: Question) -> Answer:
         self.metrics.answer_reads.inc()

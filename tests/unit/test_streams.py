@@ -159,3 +159,23 @@ async def test_streams_refuse_past_the_cap_and_unknown_questions_raise() -> None
         await streams.subscribe(reads.question("k", "other"))
     assert (refused.value.status, refused.value.code) == (503, "too_many_streams")
     await streams.close()
+
+
+async def test_a_question_that_joined_at_another_version_is_read_alone_until_all_are_current() -> None:
+    """A window applied between two streams' first reads: the later question holds a newer answer than the
+    board's others, and the older one must not stay behind until the next window."""
+    reads = FakeReads()
+    reads.versions = {"b": 1}
+    streams = streams_of(reads, poll_ms=10_000)  # polled by hand
+    old, new = reads.question("b", "old"), reads.question("b", "new")
+    (behind, _) = await streams.subscribe(old)
+    reads.versions["b"], reads.bodies[("b", "old")] = 2, b"moved"
+    await streams.subscribe(new)  # read at version 2
+    del reads.log[:]
+    board = streams._boards["b"]
+    await streams.poll(board)
+    assert reads.log == [("version", "b", 1), ("replies", "b", 1)]  # only the question behind
+    assert behind.take() == Answer(2, b"moved")
+    await streams.poll(board)
+    assert reads.log[2:] == [("version", "b", 1)]
+    await streams.close()
