@@ -28,7 +28,7 @@ from reader_api.reader import Reader
 from reader_api.routes import routes
 from reader_api.seasons import Clock, wall_clock_ms
 from reader_api.settings import ApiSettings
-from reader_api.streams import StreamMetrics, Streams
+from reader_api.streams import RedisReads, StreamMetrics, Streams
 from reader_api.waits import Watermarks
 from reader_api.write_metrics import WriteMetrics
 from reader_api.writes import Writes
@@ -111,7 +111,7 @@ def create_app(
         reader = app.state.reader = Reader(client, cache, metrics, clock)
         watermarks = Watermarks(client, settings.topic, settings.api_wait_poll_ms / 1000)
         reader.after = AfterWaits(watermarks, settings.api_wait_ms, settings.api_max_wait_ms, write_metrics)
-        streams = app.state.streams = Streams(stream_metrics, settings)
+        streams = app.state.streams = Streams(stream_metrics, settings, RedisReads(client))
         writes = None
         if writing:
             writes = app.state.writes = Writes(settings, client, reader, watermarks, write_metrics, producer)

@@ -226,47 +226,70 @@ _READS = (lua_reads.TOP, lua_reads.PLAYER, lua_reads.AROUND, lua_reads.PLAYERS, 
 _TOP, _PLAYER, _AROUND, _PLAYERS, _BOARD = (Script(t) for t in _READS)
 
 
+def board_keys(board: str) -> list[str]:
+    """The keys every read script of ``board`` is given (one hash tag: one slot on Redis Cluster)."""
+    return [
+        keys.board_key(board),
+        keys.meta_key(board),
+        keys.def_key(board),
+        keys.player_meta_key(board),
+        keys.members_key(board),
+        keys.dense_key(board),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One read script call, to send alone or in a pipeline with others (the live streams' one round trip per
+    board: :mod:`reader_api.streams`)."""
+
+    script: Script
+    keys: list[str]
+    args: list[Any]
+
+    async def __call__(self, redis: Client) -> Any:
+        return await self.script(redis, self.keys, self.args)
+
+
+def top_call(board: str, offset: int, limit: int, cached_version: int | None = None) -> Call:
+    """The top page's call; it answers ``{2}`` when ``cached_version`` is still the board's version."""
+    known = "" if cached_version is None else str(cached_version)
+    return Call(_TOP, board_keys(board), [min(offset, MAX_OFFSET), limit, known])
+
+
+def around_call(board: str, name: str, radius: int) -> Call:
+    return Call(_AROUND, board_keys(board), [name, radius])
+
+
+def around_at(board: str, name: str, reply: Sequence[Any]) -> tuple[Header, Neighbourhood]:
+    """The neighbourhood and the board's side of the same reply (its version names a stream's event)."""
+    return parse_header(reply, board), around(board, name, reply)
+
+
 class Snapshots:
     """The read questions, each one EVALSHA of a read-only script, answered or raising 404/503."""
 
     def __init__(self, redis: Client) -> None:
         self._redis = redis
 
-    @staticmethod
-    def _keys(board: str) -> list[str]:
-        return [
-            keys.board_key(board),
-            keys.meta_key(board),
-            keys.def_key(board),
-            keys.player_meta_key(board),
-            keys.members_key(board),
-            keys.dense_key(board),
-        ]
-
     async def top(
         self, board: str, offset: int, limit: int, cached_version: int | None = None
     ) -> tuple[Header, TopPage] | None:
         """A page of the board, or None when ``cached_version`` is still the board's version."""
-        known = "" if cached_version is None else str(cached_version)
-        reply = await _TOP(self._redis, self._keys(board), [min(offset, MAX_OFFSET), limit, known])
+        reply = await top_call(board, offset, limit, cached_version)(self._redis)
         if int(reply[0]) == 2:
             return None
         return top(board, reply)
 
     async def player(self, board: str, name: str) -> PlayerRank:
-        return player(board, name, await _PLAYER(self._redis, self._keys(board), [name]))
+        return player(board, name, await _PLAYER(self._redis, board_keys(board), [name]))
 
     async def around(self, board: str, name: str, radius: int) -> Neighbourhood:
-        return (await self.around_at(board, name, radius))[1]
-
-    async def around_at(self, board: str, name: str, radius: int) -> tuple[Header, Neighbourhood]:
-        """The neighbourhood and the board's side of the same reply (its version names a stream's event)."""
-        reply = await _AROUND(self._redis, self._keys(board), [name, radius])
-        return parse_header(reply, board), around(board, name, reply)
+        return around(board, name, await around_call(board, name, radius)(self._redis))
 
     async def players(self, board: str, ids: Sequence[str]) -> FriendsList:
-        return players(board, ids, await _PLAYERS(self._redis, self._keys(board), list(ids)))
+        return players(board, ids, await _PLAYERS(self._redis, board_keys(board), list(ids)))
 
     async def board(self, board: str) -> BoardInfo:
-        board_keys = [keys.board_key(board), keys.meta_key(board), keys.def_key(board)]
-        return board_info(board, await _BOARD(self._redis, board_keys, []))
+        few = [keys.board_key(board), keys.meta_key(board), keys.def_key(board)]
+        return board_info(board, await _BOARD(self._redis, few, []))

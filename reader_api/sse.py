@@ -4,7 +4,7 @@ Each event's ``data`` is the JSON the non-streaming endpoint answers and its ``i
 read at; an event is sent only when the answer changed. A client resuming with ``Last-Event-ID`` of the
 version it holds gets no first event until the answer changes. Comment lines keep an idle stream open
 through proxies; a stream ends after ``api_stream_max_s`` (EventSource reconnects on its own, with
-``Last-Event-ID``). The reads are shared per question (:mod:`reader_api.streams`).
+``Last-Event-ID``). Per board one watcher reads for all its streams (:mod:`reader_api.streams`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Hashable
+from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -20,11 +20,13 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from reader_api import answers as a
+from reader_api import snapshot
 from reader_api.endpoint import READ_ERRORS, Doc, Endpoint
 from reader_api.params import check_board, check_player, int_param, period_param
 from reader_api.reader import Reader
 from reader_api.seasons import Target
-from reader_api.streams import Answer, Read, Streams, Subscription
+from reader_api.snapshot import Header
+from reader_api.streams import Answer, Question, Streams, Subscription
 
 log = logging.getLogger("hotboard.api")
 
@@ -46,7 +48,7 @@ class EventStream(Response):
 
     media_type = EVENT_STREAM
 
-    def __init__(self, streams: Streams, key: Hashable, subscription: Subscription, first: Answer | None) -> None:
+    def __init__(self, streams: Streams, question: Question, subscription: Subscription, first: Answer | None) -> None:
         # not Response.__init__: it would declare a content-length
         self.status_code, self.background = 200, None
         self.raw_headers = [
@@ -54,7 +56,7 @@ class EventStream(Response):
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),
         ]
-        self.streams, self.key, self.subscription, self.first = streams, key, subscription, first
+        self.streams, self.question, self.subscription, self.first = streams, question, subscription, first
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         subscription, settings = self.subscription, self.streams.settings
@@ -80,7 +82,7 @@ class EventStream(Response):
             pass
         finally:
             watcher.cancel()
-            self.streams.unsubscribe(self.key, subscription)
+            self.streams.unsubscribe(self.question, subscription)
         if not (subscription.gone or dropped):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -109,10 +111,10 @@ def _resumed(request: Request, answer: Answer) -> bool:
     return not answer.error and answer.version is not None and last == str(answer.version)
 
 
-async def _stream(request: Request, key: Hashable, read: Read) -> Response:
+async def _stream(request: Request, question: Question) -> Response:
     streams: Streams = request.app.state.streams
-    subscription, first = await streams.subscribe(key, read)
-    return EventStream(streams, key, subscription, None if _resumed(request, first) else first)
+    subscription, first = await streams.subscribe(question)
+    return EventStream(streams, question, subscription, None if _resumed(request, first) else first)
 
 
 def _reader(request: Request) -> Reader:
@@ -125,19 +127,19 @@ async def _target(request: Request) -> Target:
     return await reader.target(check_board(request.path_params["board"]), period_param(request.query_params))
 
 
-def _known(answer: Answer | None) -> int | None:
-    return None if answer is None or answer.error else answer.version
-
-
 async def top_stream(request: Request) -> Response:
     reader, limit = _reader(request), int_param(request.query_params, "limit")
     target = await _target(request)
 
-    async def read(known: Answer | None) -> Answer | None:
-        found = await reader.read(target, lambda n: reader.snapshots.top(n, 0, limit, _known(known)))
-        return None if found is None else Answer(found[0].version, orjson.dumps(found[1]))
+    async def answer(reply: Any) -> Answer:
+        async def parsed(name: str) -> tuple[Header, a.TopPage]:
+            return snapshot.top(name, reply)
 
-    return await _stream(request, ("top", target.name, limit), read)
+        header, page = await reader.read(target, parsed)
+        return Answer(header.version, orjson.dumps(page))
+
+    call = snapshot.top_call(target.name, 0, limit)
+    return await _stream(request, Question(("top", target.name, limit), target.name, call, answer))
 
 
 async def around_stream(request: Request) -> Response:
@@ -145,11 +147,15 @@ async def around_stream(request: Request) -> Response:
     name = check_player(request.path_params["player"])
     target = await _target(request)
 
-    async def read(known: Answer | None) -> Answer | None:
-        header, found = await reader.read(target, lambda n: reader.snapshots.around_at(n, name, radius))
+    async def answer(reply: Any) -> Answer:
+        async def parsed(board: str) -> tuple[Header, a.Neighbourhood]:
+            return snapshot.around_at(board, name, reply)
+
+        header, found = await reader.read(target, parsed)
         return Answer(header.version, orjson.dumps(found))
 
-    return await _stream(request, ("around", target.name, name, radius), read)
+    call = snapshot.around_call(target.name, name, radius)
+    return await _stream(request, Question(("around", target.name, name, radius), target.name, call, answer))
 
 
 STREAMED = "One event per applied window that changed the answer; `id` is the board version"

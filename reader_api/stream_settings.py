@@ -13,7 +13,7 @@ class StreamSettings(BaseSettings):
         1000, ge=0, description="Event streams one API process holds open; past it a new stream gets 503"
     )
     api_stream_poll_ms: int = Field(
-        100, ge=1, description="How often the one reader per streamed question reads its answer"
+        100, ge=1, description="How often the one watcher per streamed board reads its version (answers: on a change)"
     )
     api_stream_heartbeat_s: float = Field(15.0, gt=0, description="A comment line on an idle stream this often")
     api_stream_send_timeout_s: float = Field(

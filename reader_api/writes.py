@@ -39,7 +39,7 @@ from reader_api.producer import EventProducer, KafkaUnavailable, OutcomeUnknown
 from reader_api.reader import Reader
 from reader_api.seasons import resolve
 from reader_api.settings import ApiSettings
-from reader_api.snapshot import Snapshots, parse_header, player
+from reader_api.snapshot import board_keys, parse_header, player
 from reader_api.waits import Covered, Watermarks
 from reader_api.write_metrics import WriteMetrics
 
@@ -98,7 +98,7 @@ class Writes:
         self.idempotency = Idempotency(redis, settings.api_idempotency_ttl_s, settings.api_idempotency_max_keys)
         self.decoder = Decoder()
         self._redis = redis
-        self._snapshots_keys = Snapshots._keys
+        self._snapshots_keys = board_keys
         self._start: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -1,6 +1,7 @@
 """Live boards over Server-Sent Events against a real ``hotboard api`` process, an in-process worker, the broker and
 a real redis-server: events written through ``POST /v1/events`` come out of the streams as new board versions, in
-order, with the reference ranking; many clients share one read per poll; the cap; a client that never reads."""
+order, with the reference ranking; the questions of a board share one version read per poll; the cap; a client
+that never reads."""
 
 from __future__ import annotations
 
@@ -156,25 +157,35 @@ async def test_streams_yield_each_changed_answer_in_version_order(
             assert (absent.status_code, absent.json()["error"]) == (404, "player_not_found")
 
 
-async def test_fifty_clients_on_one_board_cost_one_read_per_poll(
+async def test_fifty_questions_on_one_board_cost_one_version_read_per_poll_and_one_round_trip_per_window(
     kafka: str, topic: str, redis_url: str, tmp_path: Path
 ) -> None:
+    """Forty players each watching their own neighbourhood and ten clients on the top: per poll one version
+    read for the board, and per applied window one pipelined round trip reading all 41 questions."""
     env = {"HOTBOARD_API_STREAM_POLL_MS": "100"}
+    players = [f"p{i:02}" for i in range(40)]
+    paths = [f"/v1/boards/many/players/{p}/around/stream?radius=1" for p in players]
+    paths += ["/v1/boards/many/top/stream"] * 10
     with live_api(redis_url, kafka, topic, tmp_path, **env) as server:
         async with running_worker(kafka, redis_url, topic), httpx.AsyncClient(base_url=server.url, timeout=30) as c:
-            await write(c, [{"board": "many", "player": "a", "delta": 1}])
+            await write(c, [{"board": "many", "player": p, "delta": 1 + i} for i, p in enumerate(players)])
             async with contextlib.AsyncExitStack() as stack:
-                streams = [await stack.enter_async_context(stream(c, "/v1/boards/many/top/stream")) for _ in range(50)]
-                for s in streams:
-                    await s.next()
+                streams = [await stack.enter_async_context(stream(c, path)) for path in paths]
+                firsts = [int((await s.next()).id or -1) for s in streams]
                 assert metric(server, "hotboard_api_streams_open") == 50
-                reads_before, started = metric(server, "hotboard_api_stream_reads_total"), time.monotonic()
-                await write(c, [{"board": "many", "player": "b", "delta": 5}])
-                for s in streams:
-                    assert [e["player"] for e in (await s.next()).data["entries"]] == ["b", "a"]
-                reads = metric(server, "hotboard_api_stream_reads_total") - reads_before
+                names = ("version_checks", "answer_reads", "answer_round_trips")
+                before = [metric(server, f"hotboard_api_stream_{n}_total") for n in names]
+                started = time.monotonic()
+                # the last player leads: every rank below moves, so every answer changes
+                await write(c, [{"board": "many", "player": "p00", "delta": 1000}])
+                for s, first in zip(streams, firsts, strict=True):
+                    assert int((await s.next()).id or -1) > first
+                checks, answers, trips = (
+                    metric(server, f"hotboard_api_stream_{n}_total") - b for n, b in zip(names, before, strict=True)
+                )
                 polls = (time.monotonic() - started) / 0.1
-                assert reads <= polls * 1.5 + 5, (reads, polls)  # one reader: 50 clients would be 50 per poll
+                assert checks <= polls * 1.5 + 5, (checks, polls)  # one per poll: 41 questions would be 41
+                assert (answers, trips) == (41, 1), (answers, trips)  # one window: one batch of every question
             deadline = time.monotonic() + 10
             while metric(server, "hotboard_api_streams_open") != 0:
                 assert time.monotonic() < deadline, "closed streams still counted"
