@@ -8,7 +8,7 @@ board, not a 404). Each starts with :data:`NO_WRITES`, then names its KEYS and A
 from __future__ import annotations
 
 from hotboard.boards import TIE_DIGITS
-from hotboard.keys import META_AS_OF, META_VERSION
+from hotboard.keys import APPLIED_DELETED_VERSION, META_AS_OF, META_VERSION
 
 #: The first line of every script that only reads: Redis then refuses any write it attempts, whatever the
 #: user's ACL allows (Redis 7 script flags).
@@ -152,11 +152,14 @@ return {{exists, total, meta[1], meta[2], redis.call('EXISTS', def_key), redis.c
 """
 
 #: The waits' poll (read API): a board's version and watermarks from one snapshot, so "not covered at version
-#: v" is a fact about v. KEYS: meta hash, applied hash. ARGV: watermark fields. Answers {version, marks...}
+#: v" is a fact about v. A board without meta has the version its next window goes on from (the commit in
+#: :mod:`hotboard.lua`): the one it had when it was deleted, else 0 (never written), so that first window is
+#: v + 1 like any other. KEYS: meta hash, applied hash. ARGV: watermark fields. Answers {version, marks...}
 #: (false where a field is absent).
 MARKS = f"""{NO_WRITES}
 local meta_key, applied_key = KEYS[1], KEYS[2]
 local version = redis.call('HGET', meta_key, '{META_VERSION}')
+  or redis.call('HGET', applied_key, '{APPLIED_DELETED_VERSION}') or '0'
 if #ARGV == 0 then return {{version}} end
 local marks = redis.call('HMGET', applied_key, unpack(ARGV))
 table.insert(marks, 1, version)

@@ -18,11 +18,12 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from cli.devstack import KafkaBroker, create_topic
 from cli.process import free_port
-from hotboard import keys
+from hotboard import board_removal, keys
 from reader_api import tokens
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAnswer
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
+from reader_api.waits import Watermarks
 from tests.integration.harness import read_topic
 from tests.integration.reader_harness import (
     api_server,
@@ -136,6 +137,52 @@ async def test_update_then_rank_answers_the_first_snapshot_holding_the_write(
         assert player.json()["score"] == 56
         bad = await c.post(url, json={"delta": 1.5}, headers=AUTH)
         assert (bad.status_code, bad.json()["error"]) == (422, "bad_type")
+        assert 'hotboard_api_waits_total{kind="score",outcome="exact"} 2.0' in metrics_text(c)
+
+
+def watermarks_of(client: httpx.AsyncClient) -> Watermarks:
+    transport = client._transport
+    assert isinstance(transport, httpx.ASGITransport)
+    watermarks: Watermarks = transport.app.state.reader.after.watermarks  # type: ignore[attr-defined]
+    return watermarks
+
+
+async def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def polled_once(c: httpx.AsyncClient, url: str, delta: int) -> asyncio.Task[httpx.Response]:
+    """A ``?wait=true`` write in flight, once the API's poller has looked at its board since it was sent."""
+    watermarks = watermarks_of(c)
+    polls = watermarks.polls
+    query = {"wait": "true", "wait_ms": "30000"}
+    pending = asyncio.create_task(c.post(url, params=query, json={"delta": delta}, headers=AUTH))
+    await wait_until(lambda: watermarks.polls > polls or pending.done(), "a poll of the board")
+    assert not pending.done(), pending.result().text
+    return pending
+
+
+async def test_update_then_rank_on_a_new_or_deleted_board_is_exact_from_its_first_window(
+    kafka: str, topic: str, redis_url: str, redis_client: Any
+) -> None:
+    """The write waits on a board without meta: new, then deleted. The poller sees it so while no worker runs
+    (no window can land), then the worker applies the board's first window since. That answer is the state right
+    after the window (the version after the one the board had, the write alone) and says so."""
+    async with asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        url = "/v1/boards/fresh/players/solo/scores"
+        for round_no, (delta, version) in enumerate([(7, 1), (5, 2)]):
+            pending = await polled_once(c, url, delta)
+            async with running_worker(kafka, redis_url, topic):
+                r = await pending
+            assert r.status_code == 200, r.text
+            ranked: ScoreAfterWrite = r.json()
+            assert (ranked["score"], ranked["rank"], ranked["total"], ranked["version"]) == (delta, 1, 1, version)
+            assert ranked["exact"] is True, (round_no, ranked)
+            deleted = await board_removal.delete(redis_client, topic, "fresh", tokens.decode(ranked["token"]))
+            assert deleted.found and deleted.version == version
         assert 'hotboard_api_waits_total{kind="score",outcome="exact"} 2.0' in metrics_text(c)
 
 
