@@ -7,10 +7,10 @@ the dead-letter topic): it covers a write to another board, or to a board that s
 
 One poller per board, started by the first waiter and ended with the last, reads the board's version and
 watermarks in one snapshot (:data:`hotboard.lua_reads.MARKS`) and the checkpoints, every ``poll_s``,
-however many requests wait on that board. Each waiter remembers the last version seen *not* covering it (a board without meta reads as
-the version its next window goes on from):
-when the first covering snapshot is the version right after it, that snapshot is exactly the state right
-after the covering window was applied (see :meth:`Watermarks.wait`).
+however many requests wait on that board. Each waiter remembers the last version seen *not* covering it (a
+board without meta reads as the version its next window goes on from): when the first covering snapshot is
+the version right after it, that snapshot is exactly the state right after the covering window was applied
+(see :meth:`Watermarks.wait`).
 """
 
 from __future__ import annotations
