@@ -86,14 +86,30 @@ class Watermarks:
         self._epochs: dict[int, int] = {}
         self.polls = 0  # snapshots taken, for tests and metrics
 
+    async def version(self, board: str) -> int | None:
+        """The board's version now, as the poll reads it; None when Redis does not answer. Read before the
+        events of a write exist, it is a version not covering them: the waiter's ``before`` even when the
+        acknowledgement comes after their window was applied, and the first poll sees them covered."""
+        try:
+            reply = await _MARKS(self._redis, [keys.meta_key(board), keys.applied_key(board)], [])
+        except (RedisError, OSError) as exc:
+            log.warning("version of board %s unreadable: %r", board, exc)
+            return None
+        return _int(reply[0])
+
     async def wait(
-        self, board: str, marks: Mapping[int, int], timeout_s: float, board_only: bool = False
+        self,
+        board: str,
+        marks: Mapping[int, int],
+        timeout_s: float,
+        board_only: bool = False,
+        before: int | None = None,
     ) -> Coverage | None:
         """Until ``board`` covers ``marks`` (``board_only``: by its own watermarks, or the checkpoints say the
-        events went elsewhere), or None after ``timeout_s``."""
+        events went elsewhere), or None after ``timeout_s``. ``before``: a version known not to cover them."""
         if not marks:
             return Coverage(Covered.BOARD, None, None)
-        waiter = _Waiter(dict(marks), board_only, asyncio.get_running_loop().create_future())
+        waiter = _Waiter(dict(marks), board_only, asyncio.get_running_loop().create_future(), before)
         entry = self._boards.setdefault(board, _Board())
         entry.waiters.add(waiter)
         if entry.task is None or entry.task.done():

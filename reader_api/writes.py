@@ -7,8 +7,9 @@ score and rank from the first board snapshot that holds the write (:mod:`reader_
 
 Each request, in order: 1. the bearer token (401/403 before the body is read); 2. the body, bounded in size
 and time; 3. the Idempotency-Key's claim (a retry answers here); 4. validation by the codec; 5. the writer's
-rate limit; 6. produce, acknowledged by Kafka (503 within the produce timeout otherwise); 7. the answer, kept
-under the Idempotency-Key.
+rate limit (then, with ``?wait=true``, the board's version: one not covering the write); 6. produce,
+acknowledged by Kafka (503 within the produce timeout otherwise); 7. the answer, kept under the
+Idempotency-Key.
 """
 
 from __future__ import annotations
@@ -224,6 +225,9 @@ class Writes:
         now_ms = self.reader.clock()
         value = write_bodies.score_event(board, name, body, request.headers.get("content-type"), now_ms)
         self.limiter.take(writer.scope, 1)
+        # read before the event exists, so not covering it (a period board's name needs its definition: it is
+        # read after the produce, where a failure keeps the Idempotency-Key, and such a wait goes without)
+        before = await self.watermarks.version(board) if wait else None
         produced = await self.produce([(name.encode(), value)], progress)
         if isinstance(produced, Answer):
             return produced
@@ -231,7 +235,7 @@ class Writes:
         accepted: ScoreAccepted = {"token": token}
         if not wait:
             return Answer(202, orjson.dumps(accepted))
-        ranked = await self.ranked(board, name, produced, now_ms, wait_ms / 1000)
+        ranked = await self.ranked(board, name, produced, now_ms, wait_ms / 1000, before)
         if isinstance(ranked, str):
             accepted["wait"] = ranked
             return Answer(202, orjson.dumps(accepted))
@@ -239,14 +243,15 @@ class Writes:
         return Answer(200, orjson.dumps(ranked))
 
     async def ranked(
-        self, board: str, name: str, marks: tokens.Marks, ts_ms: int, timeout_s: float
+        self, board: str, name: str, marks: tokens.Marks, ts_ms: int, timeout_s: float, before: int | None = None
     ) -> ScoreAfterWrite | str:
         """The player from the first snapshot of the board (the event's period board) covering the write, or why
-        there is none: ``timeout``, ``dead_lettered``."""
+        there is none: ``timeout``, ``dead_lettered``. ``before``: ``board``'s version read before the write."""
         definition = await self.reader.definitions.get(board)
         target = resolve(board, definition, None, ts_ms)  # the period of the event's ts, as the worker routes it
         ((partition, offset),) = marks.items()
-        coverage = await self.watermarks.wait(target.name, marks, timeout_s, board_only=True)
+        known = before if target.name == board else None
+        coverage = await self.watermarks.wait(target.name, marks, timeout_s, board_only=True, before=known)
         if coverage is None or coverage.how is Covered.CHECKPOINT:
             outcome = "timeout" if coverage is None else "dead_lettered"
             self.metrics.waits.labels("score", outcome).inc()

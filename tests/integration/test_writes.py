@@ -186,6 +186,46 @@ async def test_update_then_rank_on_a_new_or_deleted_board_is_exact_from_its_firs
         assert 'hotboard_api_waits_total{kind="score",outcome="exact"} 2.0' in metrics_text(c)
 
 
+async def test_update_then_rank_is_exact_when_the_acknowledgement_comes_after_the_window(
+    kafka: str, topic: str, redis_url: str, redis_client: Any
+) -> None:
+    """Kafka acknowledges the write only once the worker applied its window (a slow ack; the worker fetched the
+    record first): the API's first poll already sees it covered. Its version is still the one right after the
+    version read before the event existed, so the answer is exact and says so."""
+    app = create_app(api(redis_url, kafka, topic))
+    async with running_worker(kafka, redis_url, topic), asgi_client(app) as c:
+        r = await c.post("/v1/events", json=[{"board": "late", "player": "first", "delta": 50}], headers=AUTH)
+        assert (
+            await c.get("/v1/boards/late/top", params={"after": r.json()["token"], "wait_ms": 20_000})
+        ).status_code == 200
+        producer = app.state.writes.producer
+        send = producer.send
+
+        async def acknowledged_after_the_window(records: Any) -> list[tuple[int, int]]:
+            acks: list[tuple[int, int]] = await send(records)
+            ((partition, offset),) = acks
+            field = keys.watermark_field(topic, partition, 0)
+            applied_key = keys.applied_key("late")
+
+            async def mark() -> int:
+                return int(await redis_client.hget(applied_key, field) or -1)
+
+            deadline = time.monotonic() + 20
+            while await mark() < offset:
+                assert time.monotonic() < deadline, "the window holding the write was not applied"
+                await asyncio.sleep(0.01)
+            return acks
+
+        producer.send = acknowledged_after_the_window
+        r = await c.post(
+            "/v1/boards/late/players/second/scores", params={"wait": "true"}, json={"delta": 9}, headers=AUTH
+        )
+        assert r.status_code == 200, r.text
+        ranked: ScoreAfterWrite = r.json()
+        assert (ranked["score"], ranked["rank"], ranked["total"], ranked["version"]) == (9, 2, 2, 2)
+        assert ranked["exact"] is True, ranked
+
+
 async def test_a_wait_that_the_worker_does_not_answer_is_bounded(kafka: str, topic: str, redis_url: str) -> None:
     """No worker: ``?wait=true`` answers 202 with the token after ``wait_ms``; ``?after=`` a 503 with Retry-After."""
     async with asgi_client(create_app(api(redis_url, kafka, topic))) as c:
