@@ -20,6 +20,7 @@ from cli.devstack import KafkaBroker, create_topic
 from cli.process import free_port
 from hotboard import board_removal, keys
 from reader_api import tokens
+from reader_api import writes as writes_module
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAnswer
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
@@ -224,6 +225,34 @@ async def test_update_then_rank_is_exact_when_the_acknowledgement_comes_after_th
         ranked: ScoreAfterWrite = r.json()
         assert (ranked["score"], ranked["rank"], ranked["total"], ranked["version"]) == (9, 2, 2, 2)
         assert ranked["exact"] is True, ranked
+
+
+async def test_a_window_landing_before_the_read_is_answered_as_a_later_state_not_exact(
+    kafka: str, topic: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the poll that saw the write covered and the player's read, another window of the board lands
+    (held there by the test): the answer is that later state, holding the write, and says ``exact: false``."""
+    async with running_worker(kafka, redis_url, topic), asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+
+        async def write(events: list[dict[str, Any]]) -> None:
+            r = await c.post("/v1/events", json=events, headers=AUTH)
+            read = await c.get("/v1/boards/gap/top", params={"after": r.json()["token"], "wait_ms": 20_000})
+            assert read.status_code == 200, read.text
+
+        await write([{"board": "gap", "player": "p1", "delta": 50}])
+        read_player = writes_module._PLAYER_MARK
+
+        async def a_window_first(redis: Any, keys: Any, args: Any) -> Any:
+            await write([{"board": "gap", "player": "p3", "delta": 100}])
+            return await read_player(redis, keys, args)
+
+        monkeypatch.setattr(writes_module, "_PLAYER_MARK", a_window_first)
+        r = await c.post("/v1/boards/gap/players/p2/scores", params={"wait": "true"}, json={"delta": 10}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        ranked: ScoreAfterWrite = r.json()
+        assert (ranked["score"], ranked["rank"], ranked["total"], ranked["version"]) == (10, 3, 3, 3)
+        assert ranked["exact"] is False
+        assert 'hotboard_api_waits_total{kind="score",outcome="covered"} 1.0' in metrics_text(c)
 
 
 async def test_a_wait_that_the_worker_does_not_answer_is_bounded(kafka: str, topic: str, redis_url: str) -> None:
