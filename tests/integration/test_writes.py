@@ -20,7 +20,7 @@ from cli.devstack import KafkaBroker, create_topic
 from cli.process import free_port
 from hotboard import board_removal, keys
 from reader_api import tokens
-from reader_api import writes as writes_module
+from reader_api import waits as waits_module
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAnswer
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
@@ -187,6 +187,15 @@ async def test_update_then_rank_on_a_new_or_deleted_board_is_exact_from_its_firs
         assert 'hotboard_api_waits_total{kind="score",outcome="exact"} 2.0' in metrics_text(c)
 
 
+async def until_applied(redis: Any, applied_key: str, field: str, offset: int) -> None:
+    """Until the watermark ``field`` of a board's applied hash is at ``offset``: the window holding that record
+    was applied."""
+    deadline = time.monotonic() + 20
+    while int(await redis.hget(applied_key, field) or -1) < offset:
+        assert time.monotonic() < deadline, f"the window holding {field} {offset} was not applied"
+        await asyncio.sleep(0.01)
+
+
 async def test_update_then_rank_is_exact_when_the_acknowledgement_comes_after_the_window(
     kafka: str, topic: str, redis_url: str, redis_client: Any
 ) -> None:
@@ -196,58 +205,55 @@ async def test_update_then_rank_is_exact_when_the_acknowledgement_comes_after_th
     app = create_app(api(redis_url, kafka, topic))
     async with running_worker(kafka, redis_url, topic), asgi_client(app) as c:
         r = await c.post("/v1/events", json=[{"board": "late", "player": "first", "delta": 50}], headers=AUTH)
-        assert (
-            await c.get("/v1/boards/late/top", params={"after": r.json()["token"], "wait_ms": 20_000})
-        ).status_code == 200
+        seen = await c.get("/v1/boards/late/top", params={"after": r.json()["token"], "wait_ms": 20_000})
+        assert seen.status_code == 200, seen.text
         producer = app.state.writes.producer
         send = producer.send
 
         async def acknowledged_after_the_window(records: Any) -> list[tuple[int, int]]:
             acks: list[tuple[int, int]] = await send(records)
             ((partition, offset),) = acks
-            field = keys.watermark_field(topic, partition, 0)
-            applied_key = keys.applied_key("late")
-
-            async def mark() -> int:
-                return int(await redis_client.hget(applied_key, field) or -1)
-
-            deadline = time.monotonic() + 20
-            while await mark() < offset:
-                assert time.monotonic() < deadline, "the window holding the write was not applied"
-                await asyncio.sleep(0.01)
+            await until_applied(
+                redis_client, keys.applied_key("late"), keys.watermark_field(topic, partition, 0), offset
+            )
             return acks
 
         producer.send = acknowledged_after_the_window
-        r = await c.post(
-            "/v1/boards/late/players/second/scores", params={"wait": "true"}, json={"delta": 9}, headers=AUTH
-        )
+        url = "/v1/boards/late/players/second/scores"
+        r = await c.post(url, params={"wait": "true"}, json={"delta": 9}, headers=AUTH)
         assert r.status_code == 200, r.text
         ranked: ScoreAfterWrite = r.json()
         assert (ranked["score"], ranked["rank"], ranked["total"], ranked["version"]) == (9, 2, 2, 2)
         assert ranked["exact"] is True, ranked
 
 
-async def test_a_window_landing_before_the_read_is_answered_as_a_later_state_not_exact(
-    kafka: str, topic: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+async def test_a_window_landing_between_two_polls_is_answered_as_a_later_state_not_exact(
+    kafka: str, topic: str, redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Between the poll that saw the write covered and the player's read, another window of the board lands
-    (held there by the test): the answer is that later state, holding the write, and says ``exact: false``."""
+    """The player is read in the poll that first sees the write covered, so only two windows landing between
+    two polls make the answer a later state. The test holds the poll until the write's window and another one
+    (another player) were applied: the answer is that later state, holding the write, and says ``exact: false``."""
     async with running_worker(kafka, redis_url, topic), asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        r = await c.post("/v1/events", json=[{"board": "gap", "player": "p1", "delta": 50}], headers=AUTH)
+        seen = await c.get("/v1/boards/gap/top", params={"after": r.json()["token"], "wait_ms": 20_000})
+        assert seen.status_code == 200, seen.text
+        poll = waits_module._MARKS
+        held = False
 
-        async def write(events: list[dict[str, Any]]) -> None:
-            r = await c.post("/v1/events", json=events, headers=AUTH)
-            read = await c.get("/v1/boards/gap/top", params={"after": r.json()["token"], "wait_ms": 20_000})
-            assert read.status_code == 200, read.text
+        async def two_windows_first(redis: Any, script_keys: Any, args: Any) -> Any:
+            nonlocal held
+            fields = int(args[0])
+            if not held and len(args) > 1 + fields:  # the first poll reading the waiting player
+                held = True
+                await until_applied(redis_client, script_keys[-1], args[int(args[-2])], int(args[-1]))
+                w = await c.post("/v1/events", json=[{"board": "gap", "player": "p3", "delta": 100}], headers=AUTH)
+                ((p, o),) = tokens.decode(w.json()["token"]).items()
+                await until_applied(redis_client, keys.applied_key("gap"), keys.watermark_field(topic, p, 0), o)
+            return await poll(redis, script_keys, args)
 
-        await write([{"board": "gap", "player": "p1", "delta": 50}])
-        read_player = writes_module._PLAYER_MARK
-
-        async def a_window_first(redis: Any, keys: Any, args: Any) -> Any:
-            await write([{"board": "gap", "player": "p3", "delta": 100}])
-            return await read_player(redis, keys, args)
-
-        monkeypatch.setattr(writes_module, "_PLAYER_MARK", a_window_first)
-        r = await c.post("/v1/boards/gap/players/p2/scores", params={"wait": "true"}, json={"delta": 10}, headers=AUTH)
+        monkeypatch.setattr(waits_module, "_MARKS", two_windows_first)
+        url = "/v1/boards/gap/players/p2/scores"
+        r = await c.post(url, params={"wait": "true"}, json={"delta": 10}, headers=AUTH)
         assert r.status_code == 200, r.text
         ranked: ScoreAfterWrite = r.json()
         assert (ranked["score"], ranked["rank"], ranked["total"], ranked["version"]) == (10, 3, 3, 3)
