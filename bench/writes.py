@@ -71,17 +71,52 @@ async def through_api(base: str, work: list[list[dict[str, Any]]], concurrency: 
         return sum(map(len, work)) / (time.perf_counter() - started)
 
 
-async def waits(base: str, count: int) -> list[float]:
-    """Seconds per ``?wait=true`` write, one at a time (each answer checked: 200, exact)."""
+class Reference:
+    """The ``waits`` board as the writes build it (default board: desc, incr, shared ties). The writes go one at a
+    time and each answer comes only once its window was applied, so the first window holding write i holds
+    exactly writes 0..i: the state right after it is this board after :meth:`add`."""
+
+    def __init__(self) -> None:
+        self.scores: dict[str, int] = {}
+
+    def add(self, player: str, delta: int) -> dict[str, Any]:
+        """The answer the write must get: the player's score, rank and the board's total right after it."""
+        score = self.scores[player] = self.scores.get(player, 0) + delta
+        rank = 1 + sum(1 for other in self.scores.values() if other > score)
+        return {"score": score, "rank": rank, "total": len(self.scores), "exact": True}
+
+
+def mismatch(expected: dict[str, Any], status: int, answer: dict[str, Any]) -> str | None:
+    """Why a ``?wait=true`` answer is not the state right after the write's window, or None: a 200 whose score,
+    rank, total equal the reference's and which says ``exact`` (the API saw the version before it)."""
+    if status != 200:
+        return f"status {status}: {answer}"
+    wrong = {k: (answer.get(k), want) for k, want in expected.items() if answer.get(k) != want}
+    if not wrong:
+        return None
+    return (
+        ", ".join(f"{k} {got!r} (want {want!r})" for k, (got, want) in wrong.items())
+        + f"; version {answer.get('version')}"
+    )
+
+
+async def waits(base: str, count: int) -> tuple[list[float], list[str]]:
+    """Seconds per ``?wait=true`` write, one at a time, and every answer that is not exact (:func:`mismatch`)."""
     out: list[float] = []
+    wrong: list[str] = []
+    reference = Reference()
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(base_url=base, timeout=30) as c:
         for i in range(count):
+            player = f"w{i % 20}"
             started = time.perf_counter()
-            r = await c.post(f"/v1/boards/waits/players/w{i % 20}/scores?wait=true", json={"delta": 1}, headers=headers)
+            r = await c.post(f"/v1/boards/waits/players/{player}/scores?wait=true", json={"delta": 1}, headers=headers)
             out.append(time.perf_counter() - started)
-            assert r.status_code == 200, r.text
-    return out
+            json = r.headers.get("content-type", "").startswith("application/json")
+            body: dict[str, Any] = r.json() if json else {"body": r.text}
+            if (why := mismatch(reference.add(player, 1), r.status_code, body)) is not None:
+                wrong.append(f"write {i} ({player}): {why}")
+    return out, wrong
 
 
 def run(args: argparse.Namespace) -> None:
@@ -126,10 +161,14 @@ def run(args: argparse.Namespace) -> None:
             print(f"events/s, batches of {args.batch}, {args.concurrency} in flight, median of 3:")
             print(f"  bare aiokafka producer  {bare_rate:>10,.0f}")
             print(f"  POST /v1/events         {api_rate:>10,.0f}   ratio {api_rate / bare_rate:.2f} (goal >= 0.5)")
-            latencies = sorted(asyncio.run(waits(base, args.waits)))
+            seconds, wrong = asyncio.run(waits(base, args.waits))
+            latencies = sorted(seconds)
             p50 = latencies[len(latencies) // 2]
             p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
             print(f"?wait=true at 1 s windows, {args.waits} writes: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
+            print(f"  waits exact {args.waits - len(wrong)}/{args.waits}")
+            for line in wrong:
+                print(f"  not exact: {line}")
     finally:
         redis.stop()
         broker.stop()

@@ -8,7 +8,7 @@ board, not a 404). Each starts with :data:`NO_WRITES`, then names its KEYS and A
 from __future__ import annotations
 
 from hotboard.boards import TIE_DIGITS
-from hotboard.keys import META_AS_OF, META_VERSION
+from hotboard.keys import APPLIED_DELETED_VERSION, META_AS_OF, META_VERSION
 
 #: The first line of every script that only reads: Redis then refuses any write it attempts, whatever the
 #: user's ACL allows (Redis 7 script flags).
@@ -88,23 +88,24 @@ head[7] = page(offset, flat)
 return head
 """
 
-#: One player's answer, as ``answer()``: the header, then {rank, stored score, meta} when the player is on the board.
+#: One player's answer, as ``answer(player)``: the header, then {rank, stored score, meta} when the player is on
+#: the board.
 _PLAYER = f"""
-local player = ARGV[1]
 {_HEADER}
-local function answer()
+local function answer(player)
+  local reply = {{unpack(head)}}
   local member = member_of(player)
   local s = member and redis.call('ZSCORE', board_key, member)
-  if not s then return head end
+  if not s then return reply end
   local pos = false
   if not fair then pos = position(member) end
-  head[7], head[8], head[9] = rank_of(pos, s), s, redis.call('HGET', pmeta_key, player)
-  return head
+  reply[7], reply[8], reply[9] = rank_of(pos, s), s, redis.call('HGET', pmeta_key, player)
+  return reply
 end
 """
 
 #: ARGV: player. Adds {rank, stored score, meta} when the player is on the board.
-PLAYER = f"""{NO_WRITES}{_KEYS}{_PLAYER}return answer()
+PLAYER = f"""{NO_WRITES}{_KEYS}{_PLAYER}return answer(ARGV[1])
 """
 
 #: ARGV: player, radius. Adds {first position, page} when the player is on the board.
@@ -152,24 +153,27 @@ return {{exists, total, meta[1], meta[2], redis.call('EXISTS', def_key), redis.c
 """
 
 #: The waits' poll (read API): a board's version and watermarks from one snapshot, so "not covered at version
-#: v" is a fact about v. KEYS: meta hash, applied hash. ARGV: watermark fields. Answers {version, marks...}
-#: (false where a field is absent).
-MARKS = f"""{NO_WRITES}
-local meta_key, applied_key = KEYS[1], KEYS[2]
+#: v" is a fact about v, and the players of the update-then-rank waits it covers, read in that same snapshot
+#: (a window landing after the poll cannot slip in before their read). A board without meta has the version
+#: its next window goes on from (the commit in :mod:`hotboard.lua`): the one it had when it was deleted, else 0
+#: (never written), so that first window is v + 1 like any other. KEYS: those of PLAYER, then the applied hash.
+#: ARGV: n, n watermark fields, then triples (player, the field's place 1..n, offset). Answers {version,
+#: n marks (false where absent), then per triple PLAYER's reply when the mark covers the offset, else false}.
+MARKS = f"""{NO_WRITES}{_KEYS}
+local applied_key, n = KEYS[7], tonumber(ARGV[1])
 local version = redis.call('HGET', meta_key, '{META_VERSION}')
-if #ARGV == 0 then return {{version}} end
-local marks = redis.call('HMGET', applied_key, unpack(ARGV))
-table.insert(marks, 1, version)
-return marks
-"""
-
-#: PLAYER with one watermark read in the same snapshot (update-then-rank: the answer must show the write).
-#: KEYS: those of PLAYER, then the applied hash. ARGV: player, watermark field. Answers {mark, PLAYER's reply...}.
-PLAYER_MARK = f"""{NO_WRITES}{_KEYS}
-local applied_key, field = KEYS[7], ARGV[2]
-local mark = redis.call('HGET', applied_key, field) or '-1'
+  or redis.call('HGET', applied_key, '{APPLIED_DELETED_VERSION}') or '0'
+local out = {{version}}
+local marks = {{}}
+if n > 0 then marks = redis.call('HMGET', applied_key, unpack(ARGV, 2, n + 1)) end
+for i = 1, n do out[i + 1] = marks[i] end
+if #ARGV == n + 1 then return out end
 {_PLAYER}
-local reply = answer()
-table.insert(reply, 1, mark)
-return reply
+for t = n + 2, #ARGV, 3 do
+  local player, place, offset = ARGV[t], tonumber(ARGV[t + 1]), tonumber(ARGV[t + 2])
+  local mark, reply = marks[place], false
+  if mark and tonumber(mark) >= offset then reply = answer(player) end
+  out[#out + 1] = reply
+end
+return out
 """

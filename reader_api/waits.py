@@ -7,9 +7,11 @@ the dead-letter topic): it covers a write to another board, or to a board that s
 
 One poller per board, started by the first waiter and ended with the last, reads the board's version and
 watermarks in one snapshot (:data:`hotboard.lua_reads.MARKS`) and the checkpoints, every ``poll_s``,
-however many requests wait on that board. Each waiter remembers the last version seen *not* covering it:
-when the first covering snapshot is the version right after it, that snapshot is exactly the state right
-after the covering window was applied (see :meth:`Watermarks.wait`).
+however many requests wait on that board. Each waiter remembers the last version seen *not* covering it (a
+board without meta reads as the version its next window goes on from): when the first covering snapshot is
+the version right after it, that snapshot is exactly the state right after the covering window was applied
+(see :meth:`Watermarks.wait`). An update-then-rank waiter's player is read in that same script, only once
+its mark is covered, so a window landing after the poll cannot slip in before the read.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from redis.exceptions import RedisError
 
 from hotboard import keys, lua_reads
 from hotboard.redis_client import Client
 from hotboard.script import Script
+from reader_api.snapshot import board_keys
 from reader_api.tokens import Marks
 
 log = logging.getLogger("hotboard.api")
@@ -50,6 +54,8 @@ class Coverage:
     version: int | None
     #: The last version seen not covering the marks; None when the first snapshot looked at covered them.
     before: int | None
+    #: A ``player`` wait covered by the board: the player's PLAYER reply from that same snapshot.
+    reply: list[Any] | None = None
 
 
 @dataclass(eq=False)
@@ -58,12 +64,19 @@ class _Waiter:
     board_only: bool
     future: asyncio.Future[Coverage]
     before: int | None = None
+    #: The player to read in the snapshot that covers the (one) mark.
+    player: str | None = None
 
 
 @dataclass(eq=False)
 class _Board:
     waiters: set[_Waiter] = field(default_factory=set)
     task: asyncio.Task[None] | None = None
+
+
+def _keys(board: str) -> list[str]:
+    """The poll's KEYS: those of a player's read, then the applied hash."""
+    return [*board_keys(board), keys.applied_key(board)]
 
 
 def _int(raw: object) -> int | None:
@@ -85,14 +98,33 @@ class Watermarks:
         self._epochs: dict[int, int] = {}
         self.polls = 0  # snapshots taken, for tests and metrics
 
+    async def version(self, board: str) -> int | None:
+        """The board's version now, as the poll reads it; None when Redis does not answer. Read before the
+        events of a write exist, it is a version not covering them: the waiter's ``before`` even when the
+        acknowledgement comes after their window was applied, and the first poll sees them covered."""
+        try:
+            reply = await _MARKS(self._redis, _keys(board), [0])
+        except (RedisError, OSError) as exc:
+            log.warning("version of board %s unreadable: %r", board, exc)
+            return None
+        return _int(reply[0])
+
     async def wait(
-        self, board: str, marks: Mapping[int, int], timeout_s: float, board_only: bool = False
+        self,
+        board: str,
+        marks: Mapping[int, int],
+        timeout_s: float,
+        board_only: bool = False,
+        before: int | None = None,
+        player: str | None = None,
     ) -> Coverage | None:
         """Until ``board`` covers ``marks`` (``board_only``: by its own watermarks, or the checkpoints say the
-        events went elsewhere), or None after ``timeout_s``."""
+        events went elsewhere), or None after ``timeout_s``. ``before``: a version known not to cover them.
+        ``player`` (one mark): read that player in the snapshot the board first covers it in."""
         if not marks:
             return Coverage(Covered.BOARD, None, None)
-        waiter = _Waiter(dict(marks), board_only, asyncio.get_running_loop().create_future())
+        assert player is None or len(marks) == 1
+        waiter = _Waiter(dict(marks), board_only, asyncio.get_running_loop().create_future(), before, player)
         entry = self._boards.setdefault(board, _Board())
         entry.waiters.add(waiter)
         if entry.task is None or entry.task.done():
@@ -131,18 +163,26 @@ class Watermarks:
         for i, p in enumerate(partitions):
             self._epochs[p] = _int(raw[2 * i + 1]) or 0
         fields = [keys.watermark_field(self.topic, p, epochs.get(p, 0)) for p in partitions]
-        reply = await _MARKS(self._redis, [keys.meta_key(board), keys.applied_key(board)], fields)
+        place = {p: i + 1 for i, p in enumerate(partitions)}
+        readers = [w for w in waiters if w.player is not None]
+        reads: list[str | int] = []
+        for w in readers:
+            ((p, offset),) = w.marks.items()
+            reads += (w.player or "", place[p], offset)
+        reply = await _MARKS(self._redis, _keys(board), [len(fields), *fields, *reads])
         self.polls += 1
         if any(self._epochs[p] != epochs.get(p, 0) for p in partitions):
             return  # a partition moved to a new log: read its new fields next time
         version = _int(reply[0])
-        applied = {p: _int(reply[1 + i]) for i, p in enumerate(partitions)}
+        applied = {p: _int(reply[i]) for p, i in place.items()}
+        players = dict(zip(readers, reply[1 + len(fields) :], strict=True))
         for w in waiters:
             how = self._covered(w, applied, checkpoints)
             if how is None:
                 w.before = version
             else:
-                w.future.set_result(Coverage(how, version, w.before))
+                read = players.get(w) if how is Covered.BOARD else None
+                w.future.set_result(Coverage(how, version, w.before, read or None))
 
     @staticmethod
     def _covered(w: _Waiter, applied: dict[int, int | None], checkpoints: dict[int, int | None]) -> Covered | None:

@@ -7,8 +7,9 @@ score and rank from the first board snapshot that holds the write (:mod:`reader_
 
 Each request, in order: 1. the bearer token (401/403 before the body is read); 2. the body, bounded in size
 and time; 3. the Idempotency-Key's claim (a retry answers here); 4. validation by the codec; 5. the writer's
-rate limit; 6. produce, acknowledged by Kafka (503 within the produce timeout otherwise); 7. the answer, kept
-under the Idempotency-Key.
+rate limit (then, with ``?wait=true``, the board's version: one not covering the write); 6. produce,
+acknowledged by Kafka (503 within the produce timeout otherwise); 7. the answer, kept under the
+Idempotency-Key.
 """
 
 from __future__ import annotations
@@ -18,16 +19,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hotboard import kafka_security, keys, lua_reads
+from hotboard import kafka_security
 from hotboard.codec import Decoder
 from hotboard.redis_client import Client
-from hotboard.script import Script
 from reader_api import tokens, write_bodies
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, WriteAnswer
 from reader_api.auth import RateLimiter, WriteAuth, Writer, load_tokens
@@ -39,13 +38,12 @@ from reader_api.producer import EventProducer, KafkaUnavailable, OutcomeUnknown
 from reader_api.reader import Reader
 from reader_api.seasons import resolve
 from reader_api.settings import ApiSettings
-from reader_api.snapshot import board_keys, parse_header, player
+from reader_api.snapshot import parse_header, player
 from reader_api.waits import Covered, Watermarks
 from reader_api.write_metrics import WriteMetrics
 
 log = logging.getLogger("hotboard.api")
 
-_PLAYER_MARK = Script(lua_reads.PLAYER_MARK)
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
 
 
@@ -98,7 +96,6 @@ class Writes:
         self.idempotency = Idempotency(redis, settings.api_idempotency_ttl_s, settings.api_idempotency_max_keys)
         self.decoder = Decoder()
         self._redis = redis
-        self._snapshots_keys = board_keys
         self._start: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -224,6 +221,9 @@ class Writes:
         now_ms = self.reader.clock()
         value = write_bodies.score_event(board, name, body, request.headers.get("content-type"), now_ms)
         self.limiter.take(writer.scope, 1)
+        # read before the event exists, so not covering it (a period board's name needs its definition: it is
+        # read after the produce, where a failure keeps the Idempotency-Key, and such a wait goes without)
+        before = await self.watermarks.version(board) if wait else None
         produced = await self.produce([(name.encode(), value)], progress)
         if isinstance(produced, Answer):
             return produced
@@ -231,7 +231,7 @@ class Writes:
         accepted: ScoreAccepted = {"token": token}
         if not wait:
             return Answer(202, orjson.dumps(accepted))
-        ranked = await self.ranked(board, name, produced, now_ms, wait_ms / 1000)
+        ranked = await self.ranked(board, name, produced, now_ms, wait_ms / 1000, before)
         if isinstance(ranked, str):
             accepted["wait"] = ranked
             return Answer(202, orjson.dumps(accepted))
@@ -239,29 +239,24 @@ class Writes:
         return Answer(200, orjson.dumps(ranked))
 
     async def ranked(
-        self, board: str, name: str, marks: tokens.Marks, ts_ms: int, timeout_s: float
+        self, board: str, name: str, marks: tokens.Marks, ts_ms: int, timeout_s: float, before: int | None = None
     ) -> ScoreAfterWrite | str:
         """The player from the first snapshot of the board (the event's period board) covering the write, or why
-        there is none: ``timeout``, ``dead_lettered``."""
+        there is none: ``timeout``, ``dead_lettered``. ``before``: ``board``'s version read before the write."""
         definition = await self.reader.definitions.get(board)
         target = resolve(board, definition, None, ts_ms)  # the period of the event's ts, as the worker routes it
-        ((partition, offset),) = marks.items()
-        coverage = await self.watermarks.wait(target.name, marks, timeout_s, board_only=True)
+        known = before if target.name == board else None
+        coverage = await self.watermarks.wait(target.name, marks, timeout_s, board_only=True, before=known, player=name)
         if coverage is None or coverage.how is Covered.CHECKPOINT:
             outcome = "timeout" if coverage is None else "dead_lettered"
             self.metrics.waits.labels("score", outcome).inc()
             return outcome
-        field = keys.watermark_field(self.settings.topic, partition, self.watermarks.epoch(partition))
-        reply: list[Any] = await _PLAYER_MARK(
-            self._redis, [*self._snapshots_keys(target.name), keys.applied_key(target.name)], [name, field]
-        )
-        if int(reply[0]) < offset:  # the board's watermark went back (Redis lost writes): no snapshot holds it
-            self.metrics.waits.labels("score", "timeout").inc()
-            return "timeout"
-        header = parse_header(reply[1:], target.name)
+        reply = coverage.reply  # read in the snapshot that first showed the write covered
+        assert reply is not None, "a player's wait covered by the board carries the player's read"
+        header = parse_header(reply, target.name)
         exact = coverage.before is not None and header.version == coverage.before + 1
         self.metrics.waits.labels("score", "exact" if exact else "covered").inc()
-        rank = player(target.name, name, reply[1:])
+        rank = player(target.name, name, reply)
         answer: ScoreAfterWrite = {**rank, "version": header.version, "exact": exact, "token": ""}
         if target.period is not None:
             answer["board"], answer["period"] = board, target.period.id

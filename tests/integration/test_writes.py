@@ -18,11 +18,13 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from cli.devstack import KafkaBroker, create_topic
 from cli.process import free_port
-from hotboard import keys
+from hotboard import board_removal, keys
 from reader_api import tokens
+from reader_api import waits as waits_module
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAnswer
 from reader_api.app import create_app
 from reader_api.settings import ApiSettings
+from reader_api.waits import Watermarks
 from tests.integration.harness import read_topic
 from tests.integration.reader_harness import (
     api_server,
@@ -137,6 +139,126 @@ async def test_update_then_rank_answers_the_first_snapshot_holding_the_write(
         bad = await c.post(url, json={"delta": 1.5}, headers=AUTH)
         assert (bad.status_code, bad.json()["error"]) == (422, "bad_type")
         assert 'hotboard_api_waits_total{kind="score",outcome="exact"} 2.0' in metrics_text(c)
+
+
+def watermarks_of(client: httpx.AsyncClient) -> Watermarks:
+    transport = client._transport
+    assert isinstance(transport, httpx.ASGITransport)
+    watermarks: Watermarks = transport.app.state.reader.after.watermarks  # type: ignore[attr-defined]
+    return watermarks
+
+
+async def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def polled_once(c: httpx.AsyncClient, url: str, delta: int) -> asyncio.Task[httpx.Response]:
+    """A ``?wait=true`` write in flight, once the API's poller has looked at its board since it was sent."""
+    watermarks = watermarks_of(c)
+    polls = watermarks.polls
+    query = {"wait": "true", "wait_ms": "30000"}
+    pending = asyncio.create_task(c.post(url, params=query, json={"delta": delta}, headers=AUTH))
+    await wait_until(lambda: watermarks.polls > polls or pending.done(), "a poll of the board")
+    assert not pending.done(), pending.result().text
+    return pending
+
+
+async def test_update_then_rank_on_a_new_or_deleted_board_is_exact_from_its_first_window(
+    kafka: str, topic: str, redis_url: str, redis_client: Any
+) -> None:
+    """The write waits on a board without meta: new, then deleted. The poller sees it so while no worker runs
+    (no window can land), then the worker applies the board's first window since. That answer is the state right
+    after the window (the version after the one the board had, the write alone) and says so."""
+    async with asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        url = "/v1/boards/fresh/players/solo/scores"
+        for round_no, (delta, version) in enumerate([(7, 1), (5, 2)]):
+            pending = await polled_once(c, url, delta)
+            async with running_worker(kafka, redis_url, topic):
+                r = await pending
+            assert r.status_code == 200, r.text
+            ranked: ScoreAfterWrite = r.json()
+            assert (ranked["score"], ranked["rank"], ranked["total"], ranked["version"]) == (delta, 1, 1, version)
+            assert ranked["exact"] is True, (round_no, ranked)
+            deleted = await board_removal.delete(redis_client, topic, "fresh", tokens.decode(ranked["token"]))
+            assert deleted.found and deleted.version == version
+        assert 'hotboard_api_waits_total{kind="score",outcome="exact"} 2.0' in metrics_text(c)
+
+
+async def until_applied(redis: Any, applied_key: str, field: str, offset: int) -> None:
+    """Until the watermark ``field`` of a board's applied hash is at ``offset``: the window holding that record
+    was applied."""
+    deadline = time.monotonic() + 20
+    while int(await redis.hget(applied_key, field) or -1) < offset:
+        assert time.monotonic() < deadline, f"the window holding {field} {offset} was not applied"
+        await asyncio.sleep(0.01)
+
+
+async def test_update_then_rank_is_exact_when_the_acknowledgement_comes_after_the_window(
+    kafka: str, topic: str, redis_url: str, redis_client: Any
+) -> None:
+    """Kafka acknowledges the write only once the worker applied its window (a slow ack; the worker fetched the
+    record first): the API's first poll already sees it covered. Its version is still the one right after the
+    version read before the event existed, so the answer is exact and says so."""
+    app = create_app(api(redis_url, kafka, topic))
+    async with running_worker(kafka, redis_url, topic), asgi_client(app) as c:
+        r = await c.post("/v1/events", json=[{"board": "late", "player": "first", "delta": 50}], headers=AUTH)
+        seen = await c.get("/v1/boards/late/top", params={"after": r.json()["token"], "wait_ms": 20_000})
+        assert seen.status_code == 200, seen.text
+        producer = app.state.writes.producer
+        send = producer.send
+
+        async def acknowledged_after_the_window(records: Any) -> list[tuple[int, int]]:
+            acks: list[tuple[int, int]] = await send(records)
+            ((partition, offset),) = acks
+            await until_applied(
+                redis_client, keys.applied_key("late"), keys.watermark_field(topic, partition, 0), offset
+            )
+            return acks
+
+        producer.send = acknowledged_after_the_window
+        url = "/v1/boards/late/players/second/scores"
+        r = await c.post(url, params={"wait": "true"}, json={"delta": 9}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        ranked: ScoreAfterWrite = r.json()
+        assert (ranked["score"], ranked["rank"], ranked["total"], ranked["version"]) == (9, 2, 2, 2)
+        assert ranked["exact"] is True, ranked
+
+
+async def test_a_window_landing_between_two_polls_is_answered_as_a_later_state_not_exact(
+    kafka: str, topic: str, redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The player is read in the poll that first sees the write covered, so only two windows landing between
+    two polls make the answer a later state. The test holds the poll until the write's window and another one
+    (another player) were applied: the answer is that later state, holding the write, and says ``exact: false``."""
+    async with running_worker(kafka, redis_url, topic), asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        r = await c.post("/v1/events", json=[{"board": "gap", "player": "p1", "delta": 50}], headers=AUTH)
+        seen = await c.get("/v1/boards/gap/top", params={"after": r.json()["token"], "wait_ms": 20_000})
+        assert seen.status_code == 200, seen.text
+        poll = waits_module._MARKS
+        held = False
+
+        async def two_windows_first(redis: Any, script_keys: Any, args: Any) -> Any:
+            nonlocal held
+            fields = int(args[0])
+            if not held and len(args) > 1 + fields:  # the first poll reading the waiting player
+                held = True
+                await until_applied(redis_client, script_keys[-1], args[int(args[-2])], int(args[-1]))
+                w = await c.post("/v1/events", json=[{"board": "gap", "player": "p3", "delta": 100}], headers=AUTH)
+                ((p, o),) = tokens.decode(w.json()["token"]).items()
+                await until_applied(redis_client, keys.applied_key("gap"), keys.watermark_field(topic, p, 0), o)
+            return await poll(redis, script_keys, args)
+
+        monkeypatch.setattr(waits_module, "_MARKS", two_windows_first)
+        url = "/v1/boards/gap/players/p2/scores"
+        r = await c.post(url, params={"wait": "true"}, json={"delta": 10}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        ranked: ScoreAfterWrite = r.json()
+        assert (ranked["score"], ranked["rank"], ranked["total"], ranked["version"]) == (10, 3, 3, 3)
+        assert ranked["exact"] is False
+        assert 'hotboard_api_waits_total{kind="score",outcome="covered"} 1.0' in metrics_text(c)
 
 
 async def test_a_wait_that_the_worker_does_not_answer_is_bounded(kafka: str, topic: str, redis_url: str) -> None:
