@@ -149,7 +149,15 @@ def run(args: argparse.Namespace) -> None:
             env=env,
             ready=lambda: url_answers(f"{base}/healthz"),
         )
-        worker = Child("worker", [sys.executable, "-m", "cli.main", "worker"], log_path=tmp / "worker.log", env=env)
+        ops = free_port()
+        worker = Child(
+            "worker",
+            [sys.executable, "-m", "cli.main", "worker", "--metrics-port", str(ops)],
+            log_path=tmp / "worker.log",
+            env=env,
+            # measured from a worker that holds its partitions: a write before it joined waits for the join
+            ready=lambda: url_answers(f"http://{LOOPBACK}:{ops}/readyz"),
+        )
         with api.start(), worker.start():
             asyncio.run(through_api(base, batches(1000, args.batch, 1), args.concurrency))  # warm up
             rates: dict[str, list[float]] = {"bare": [], "api": []}
