@@ -66,14 +66,6 @@ class Progress:
 def cmd_rebuild(args: argparse.Namespace) -> int:
     settings = settings_from(ArchiverSettings, args)
     redis_connect.check(settings)
-    if settings.redis_cluster:
-        # restore's swap lowers the checkpoints in the board's own script; on a cluster they lie in another slot
-        print(
-            "hotboard rebuild: refused: on a Redis Cluster a board's swap and the topic's checkpoints lie in different "
-            "hash slots and cannot move in one step (as for hotboard restore); rebuild on one server",
-            file=sys.stderr,
-        )
-        return EXIT_CONFIG
     shown = Progress(sys.stdout)
 
     async def main() -> int:
