@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from aiokafka.errors import KafkaError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from archive.audit import KafkaRange
@@ -102,6 +103,14 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
-    except (LogEndsUnavailable, KafkaError, RedisConnectionError, RedisTimeoutError, TimeoutError, OSError) as exc:
+    # RedisClusterException: no seed node of a cluster answers (redis-py's own error, not a ConnectionError)
+    except (
+        LogEndsUnavailable,
+        KafkaError,
+        RedisConnectionError,
+        RedisClusterException,
+        RedisTimeoutError,
+        OSError,
+    ) as exc:
         print(f"hotboard rebuild: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE

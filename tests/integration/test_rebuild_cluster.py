@@ -14,6 +14,8 @@ from typing import Any, cast
 import orjson
 import pytest
 
+from cli.main import main as hotboard
+from cli.process import free_port
 from hotboard import keys
 from hotboard.codec import Event
 from tests.cluster import TestCluster
@@ -119,3 +121,14 @@ def test_every_master_wiped_then_rebuild_all_then_only_the_tail(
     wait_exact(seed, reference(events), read=read_cluster)
     # only the tail is folded again: the rebuilt checkpoints say where the head ends
     assert worker.metric("hotboard_events_total", result="applied") == len(tail)
+
+
+def test_an_unreachable_cluster_is_exit_3_in_one_line(
+    kafka: str, topic_factory: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No seed node answers: redis-py raises its own cluster error (not a ConnectionError), still exit 3."""
+    topic = topic_factory(1)
+    argv = ["rebuild", "--all", "--redis-cluster", "--redis", f"redis://127.0.0.1:{free_port()}", "--topic", topic]
+    assert hotboard([*argv, "--kafka", kafka]) == 3
+    _, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and "Redis Cluster cannot be connected" in err, err
