@@ -4,7 +4,7 @@ Each partition is read from its log start to the log end the command found, chun
 each chunk is decoded, routed to its periods and folded by the worker's own code (:mod:`hotboard.codec`,
 :func:`ingest.seasons.route`, :class:`ingest.folds.PartitionFold`), and carried onto the players' states with the
 flush scripts' arithmetic (:func:`archive.audit_state.advance`), as a worker's windows are. Each board is then
-written beside its live keys and swapped in by restore's own staging and swap (:mod:`archive.restore`): with
+written beside its live keys and swapped in by the staging and swap restore uses (:mod:`archive.staging`): with
 watermarks at the log end read (so a running worker is fenced on it and resynchronises) and the topic's
 checkpoints lowered to that end in the same script (so it replays the tail, once).
 
@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from archive import restore
+from archive import staging
 from archive.audit import KafkaRange
 from archive.audit_state import PlayerState, advance, folded_players
 from flusher.batch import NO_WATERMARK, PeriodTarget
 from hotboard import board_removal, board_store, keys
-from hotboard.boards import DEFAULT, BoardDef, DefinitionError, to_hash
+from hotboard.boards import DEFAULT, BoardDef, DefinitionError
 from hotboard.codec import Decoder, decode_all
 from hotboard.periods import split_period_board
 from hotboard.redis_client import Client
@@ -139,9 +139,9 @@ async def _swap_board(
     lowered: list[Any],
     now_ms: int,
 ) -> None:
-    """Stage ``name`` beside its live keys and swap it in with restore's own steps (:mod:`archive.restore`)."""
-    live = [kind(name) for kind in restore._KINDS]
-    twin = [f"{k}:restoring" for k in live]
+    """Stage ``name`` beside its live keys and swap it in as a restore does (:mod:`archive.staging`)."""
+    live = staging.live_keys(name)
+    twin = staging.staging_keys(live)
     await redis.delete(*twin)
     applied = await redis.hgetall(live[1])
     deleted = int(applied.get(keys.APPLIED_DELETED_VERSION.encode(), 0))  # a version goes on from a deletion's
@@ -149,19 +149,16 @@ async def _swap_board(
     root = definition.seasonal and period is None
     if marks and not root:
         await redis.hset(twin[1], mapping=dict(marks))  # type: ignore[arg-type]
-    rows = [(p, s, t, m) for p, (s, t, m) in players.items()]
-    for i in range(0, len(rows), restore.CHUNK):
-        await restore._write_players(redis, twin, definition, rows[i : i + restore.CHUNK])
+    await staging.stage_players(redis, twin, definition, [(p, s, t, m) for p, (s, t, m) in players.items()])
     await redis.hset(twin[2], mapping={keys.META_PERIODS: 1} if root else {keys.META_AS_OF: now_ms})
     if period is not None:
-        await redis.hset(twin[3], mapping={k: v for k, v in to_hash(definition, 0).items() if k in restore._COPIED})
+        await redis.hset(twin[3], mapping=staging.period_copy(definition))
     else:
         declared: dict[Any, Any] = await redis.hgetall(live[3])  # as declared, its creation time too
         if declared:
             await redis.hset(twin[3], mapping=declared)
     expires = target.expire_at_ms if target is not None else 0
-    swap_keys = [*live, *twin, keys.checkpoint_key(topic)]
-    await restore._SWAP(redis, swap_keys, [-1 if root else deleted, expires, *lowered])
+    await staging.swap(redis, topic, live, twin, [-1 if root else deleted, expires], lowered)
     if period is None:
         await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
 

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from aiokafka.errors import KafkaError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from archive.audit import KafkaRange
@@ -66,14 +67,6 @@ class Progress:
 def cmd_rebuild(args: argparse.Namespace) -> int:
     settings = settings_from(ArchiverSettings, args)
     redis_connect.check(settings)
-    if settings.redis_cluster:
-        # restore's swap lowers the checkpoints in the board's own script; on a cluster they lie in another slot
-        print(
-            "hotboard rebuild: refused: on a Redis Cluster a board's swap and the topic's checkpoints lie in different "
-            "hash slots and cannot move in one step (as for hotboard restore); rebuild on one server",
-            file=sys.stderr,
-        )
-        return EXIT_CONFIG
     shown = Progress(sys.stdout)
 
     async def main() -> int:
@@ -110,6 +103,14 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
-    except (LogEndsUnavailable, KafkaError, RedisConnectionError, RedisTimeoutError, TimeoutError, OSError) as exc:
+    # RedisClusterException: no seed node of a cluster answers (redis-py's own error, not a ConnectionError)
+    except (
+        LogEndsUnavailable,
+        KafkaError,
+        RedisConnectionError,
+        RedisClusterException,
+        RedisTimeoutError,
+        OSError,
+    ) as exc:
         print(f"hotboard rebuild: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE

@@ -7,7 +7,7 @@ from typing import cast
 import pytest
 from redis.asyncio import Redis
 
-from archive import restore
+from archive import staging
 from flusher.batch import NO_WATERMARK, BoardBatch, ExpectedWatermark, Outcome
 from flusher.redis_sink import RedisSink
 from hotboard import keys
@@ -116,7 +116,7 @@ async def test_a_swap_refuses_a_checkpoint_move_decided_before_it_even_at_the_sa
     ckpt = keys.checkpoint_key("scores")
     await redis_client.hset(ckpt, "0", 10)
     assert await sink.load_checkpoints([0, 1]) == {0: 10}
-    await restore._LOWER(redis_client, [ckpt], ["0", 10, 0])  # the archive's checkpoint: the one Redis holds
+    await staging._LOWER(redis_client, [ckpt], ["0", 10, 0])  # the archive's checkpoint: the one Redis holds
     assert await redis_client.hmget(ckpt, ["0", keys.gen_field(0), keys.gen_field(1)]) == [b"10", b"1", None]
     [refused, other] = await sink.advance_checkpoints({0: (10, 12), 1: (NO_WATERMARK, 3)})
     assert (refused.ok, refused.previous) == (False, 10) and other.ok, "partition 1 was not swapped: it moves"

@@ -180,12 +180,3 @@ def test_help_speaks_to_users(capsys: pytest.CaptureFixture[str]) -> None:
         assert "``" not in shown and ":mod:" not in shown, command
         if command in ("produce", "dev", "demo"):
             assert "(default: " in shown, command
-
-
-def test_rebuild_refuses_a_redis_cluster_before_reading_anything(capsys: pytest.CaptureFixture[str]) -> None:
-    """A board's swap and the topic's checkpoints lie in different hash slots there: not one step (restore's limit)."""
-    assert (
-        main(["rebuild", "--all", "--redis-cluster", "--redis", "redis://127.0.0.1:1", "--kafka", "127.0.0.1:1"]) == 2
-    )
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.splitlines()) == 1 and "Redis Cluster" in err

@@ -1,0 +1,186 @@
+"""A board staged beside its live keys and swapped in whole: what ``hotboard restore`` and ``hotboard rebuild``
+share.
+
+The staged keys (``hb:{B}:applied:restoring``, ...) carry the board's hash tag, so on a Redis Cluster they live
+on its slot; one script renames them over the live keys (and deletes the live keys with no staged counterpart),
+so a reader sees the old board or the new one, never half of either. The same script lowers the topic's
+checkpoints (and bumps each partition's restore generation), except on a cluster, where the checkpoint hash
+lives on a slot of its own (:func:`swap`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hiredis import pack_command
+from redis.asyncio import RedisCluster
+
+from flusher import wire
+from hotboard import earliest, keys
+from hotboard.boards import BoardDef, to_hash
+from hotboard.redis_client import Client
+from hotboard.script import Script
+
+#: The live keys of a board, in this order (:func:`live_keys`): KEYS[i] and KEYS[i + 8] is its restored twin.
+_KINDS: tuple[Callable[[str], str], ...] = (
+    keys.board_key,
+    keys.applied_key,
+    keys.meta_key,
+    keys.def_key,
+    keys.player_meta_key,
+    keys.members_key,
+    keys.dense_key,
+    keys.counts_key,
+)
+#: Lower checkpoints, never raise them, and bump each named partition's restore generation (``<p>:gen``, see
+#: :func:`hotboard.keys.gen_field`) even where its checkpoint was no higher already: a worker's move decided
+#: before (a window it applied to the board this swap replaced) is then refused, and it resynchronises. From
+#: ARGV[first]: (partition, checkpoint, epoch) triples (epoch '0': left as it is).
+_LOWERING = """
+local function lower(ckpt_key, first)
+  for i = first, #ARGV, 3 do
+    local partition, lowered, epoch = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+    local cur = redis.call('HGET', ckpt_key, partition)
+    if not cur or tonumber(cur) > tonumber(lowered) then redis.call('HSET', ckpt_key, partition, lowered) end
+    if epoch ~= '0' then redis.call('HSET', ckpt_key, partition .. ':epoch', epoch) end
+    redis.call('HINCRBY', ckpt_key, partition .. ':gen', 1)
+  end
+end
+"""
+#: Swap a restored board in, and lower the topic's checkpoints to the archive's as of the snapshot the board was
+#: read from, in the same step: a worker that was fenced on this board, or whose checkpoint move is refused,
+#: then replays from no later than what the board holds (lowered only before and after every swap, a worker
+#: resynchronised in between wrote the tail on top of a board lacking the events before it, and the second
+#: lowering came too late: the watermarks skipped them). KEYS: the 8 live keys, their 8 restored twins, the
+#: checkpoint hash (left out on a Redis Cluster, where it lives on another slot: see :func:`swap`). ARGV: the
+#: archived version (-1: a seasonal board's own meta, which holds no version), when the keys expire (ms; 0:
+#: never), then (partition, checkpoint, epoch) triples as for _LOWER (none without the checkpoint hash).
+_SWAP = Script(
+    _LOWERING
+    + f"""
+local archived, expire_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+lower(KEYS[17], 3)
+if archived >= 0 then
+  local live = tonumber(redis.call('HGET', KEYS[3], '{keys.META_VERSION}') or '0')
+  redis.call('HSET', KEYS[11], '{keys.META_VERSION}', math.max(live, archived) + 1)
+end
+for i = 1, 8 do
+  if redis.call('EXISTS', KEYS[i + 8]) == 1 then
+    redis.call('RENAME', KEYS[i + 8], KEYS[i])
+    if expire_ms > 0 then redis.call('PEXPIREAT', KEYS[i], expire_ms) end
+  else
+    redis.call('DEL', KEYS[i])
+  end
+end
+return 1
+"""
+)
+#: Lower checkpoints (and bump generations) alone. KEYS: the checkpoint hash. ARGV: (partition, checkpoint,
+#: epoch) triples.
+_LOWER = Script(
+    _LOWERING
+    + """
+lower(KEYS[1], 1)
+return 1
+"""
+)
+#: Rows written per round trip (see :func:`stage_players`).
+CHUNK = 10_000
+#: The fields a period's definition copy holds (what the flush script seeds, see hotboard.lua).
+_COPIED = ("spec", "order", "operator", "ties")
+
+
+def live_keys(board: str) -> list[str]:
+    """The keys a swap replaces, in the order :func:`swap` takes them."""
+    return [kind(board) for kind in _KINDS]
+
+
+def staging_keys(live: Sequence[str]) -> list[str]:
+    """The twins of ``live`` a board is staged in: each on its live key's slot (the same hash tag)."""
+    return [f"{k}:restoring" for k in live]
+
+
+def period_copy(definition: BoardDef) -> dict[Any, Any]:
+    """What a period's own definition hash holds of its board's definition."""
+    return {k: v for k, v in to_hash(definition, 0).items() if k in _COPIED}
+
+
+async def lower(redis: Client, topic: str, lowered: Sequence[Any]) -> None:
+    """Lower the topic's checkpoints to ``lowered`` ((partition, checkpoint, epoch) triples), bumping generations."""
+    await _LOWER(redis, [keys.checkpoint_key(topic)], list(lowered))
+
+
+async def swap(
+    redis: Client, topic: str, live: Sequence[str], twin: Sequence[str], args: Sequence[Any], lowered: Sequence[Any]
+) -> None:
+    """Swap the staged ``twin`` in over ``live``. ``args``: the archived version (-1: a seasonal board's own meta)
+    and when the keys expire (ms, 0: never); ``lowered``: (partition, checkpoint, epoch) triples the topic's
+    checkpoints are lowered to. On one server the script lowers them in the same step; on a Redis Cluster the
+    checkpoint hash lives on a slot of its own (a script may not span two), so they are lowered right before the
+    swap and right after it, two round trips apart (the known gap: docs/archive.md)."""
+    if not isinstance(redis, RedisCluster):
+        await _SWAP(redis, [*live, *twin, keys.checkpoint_key(topic)], [*args, *lowered])
+        return
+    if lowered:
+        await lower(redis, topic, lowered)
+    await _SWAP(redis, [*live, *twin], list(args))
+    if lowered:
+        await lower(redis, topic, lowered)
+
+
+async def stage_players(redis: Client, twin: Sequence[str], definition: BoardDef, rows: Sequence[Any]) -> None:
+    """Rows ``(player, score, tie_ms, meta)`` into the staging keys ``twin``, ``CHUNK`` at a time."""
+    for i in range(0, len(rows), CHUNK):
+        await _write_chunk(redis, twin, definition, rows[i : i + CHUNK])
+
+
+async def _write_chunk(redis: Client, twin: Sequence[str], definition: BoardDef, rows: Sequence[Any]) -> None:
+    """One chunk of rows ``(player, score, tie_ms, meta)``: a ZADD of every member, an HSET of the metadata (and
+    of the members, on ``earliest`` boards; the score counts on ``dense`` ones), packed by hiredis in C and
+    streamed in one round trip (redis-py's pipeline packs 20,000 arguments in Python)."""
+    if not rows:
+        return
+    if definition.earliest:
+        sign = definition.sign
+        members = [(r[0], earliest.member(r[2] or 0, r[0])) for r in rows]
+        zset = [x for r, (_, m) in zip(rows, members, strict=True) for x in (sign * r[1], m)]
+    else:
+        members = []
+        zset = [x for r in rows for x in (r[1], r[0])]
+    commands = [_pack(("ZADD", twin[0], *zset))]
+    metas = [x for r in rows if r[3] is not None for x in (r[0], r[3])]
+    if metas:
+        commands.append(_pack(("HSET", twin[4], *metas)))
+    if members:
+        commands.append(_pack(("HSET", twin[5], *(x for pair in members for x in pair))))
+    if definition.ties == "dense":
+        counts: dict[int, int] = {}
+        for r in rows:
+            counts[r[1]] = counts.get(r[1], 0) + 1
+        for score, n in counts.items():
+            commands.append(_pack(("HINCRBY", twin[7], score, n)))
+            commands.append(_pack(("ZADD", twin[6], score, score)))
+    replies = await _stream(redis, twin[0], commands)
+    failed = next((r for r in replies if isinstance(r, Exception)), None)
+    if failed is not None:
+        raise failed
+
+
+async def _stream(redis: Client, key: str, commands: list[bytes]) -> list[Any]:
+    """Packed commands on one connection: the server's, or on a cluster the master of ``key``'s slot (every
+    restoring key of a board shares it)."""
+    if not isinstance(redis, RedisCluster):
+        return await wire.stream(redis, commands)
+    await redis.initialize()
+    node = redis.get_node_from_key(key)
+    assert node is not None, "an initialised cluster client knows every slot's master"
+    conn = node.acquire_connection()
+    try:
+        return await wire.stream_on(conn, commands)
+    finally:
+        node.release(conn)
+
+
+def _pack(command: tuple[Any, ...]) -> bytes:
+    return pack_command(command)  # type: ignore[no-any-return]
