@@ -8,6 +8,10 @@ import asyncio
 import sys
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from archive.pool import Archive, ArchiveUnavailable
 from archive.restore import Restored, restore
 from archive.settings import ArchiverSettings
@@ -37,6 +41,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     async def main() -> int:
         redis = redis_connect.connect(settings, socket_timeout=settings.redis_timeout_s)
         try:
+            await redis.ping()  # Redis unreachable is said before the archive is read, not after
             async with Archive(settings.postgres, settings.postgres_timeout_s) as archive:
                 done = await restore(archive, redis, settings.topic, None if args.all else args.board, progress)
         finally:
@@ -46,6 +51,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(main())
-    except ArchiveUnavailable as exc:
+    # RedisClusterException: no seed node of a cluster answers (redis-py's own error, not a ConnectionError)
+    except (ArchiveUnavailable, RedisConnectionError, RedisClusterException, RedisTimeoutError, OSError) as exc:
         print(f"hotboard restore: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from cli.devstack import RedisServer
+from cli.main import main as hotboard
 from cli.process import free_port
 from hotboard import keys
 from hotboard.boards import BoardDef
@@ -94,3 +95,14 @@ def test_flushall_then_restore_without_kafka_then_the_tail(
         assert worker.metric("hotboard_events_total", result="applied") == len(tail)
     finally:
         archiver.cleanup()
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["redis", "redis-cluster"])
+def test_an_unreachable_redis_is_exit_3_in_one_line(
+    postgres_url: str, cluster: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Restore with the archive up and Redis (or every cluster seed) down: the documented exit 3, one line."""
+    argv = ["restore", "--all", "--postgres", postgres_url, "--redis", f"redis://127.0.0.1:{free_port()}"]
+    assert hotboard([*argv, *(["--redis-cluster"] if cluster else [])]) == 3
+    _, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and err.startswith("hotboard restore: "), err
