@@ -6,7 +6,8 @@ by the board's first stream and ended with its last, reads the board's version e
 however many questions and clients); only when the version moved does it read the answer of every question of
 the board, all of them in one pipelined round trip, and hand each changed answer to the question's streams. So
 1,000 clients each watching their own neighbourhood cost one small read per poll and one round trip per
-applied window, not 1,000 reads per poll.
+applied window, not 1,000 reads per poll. A board with no version (declared and not yet written, or gone) has
+its questions read every poll: its deletion writes no version.
 
 A stream holds at most one answer not yet sent, the latest: an answer that arrives before the previous one was
 sent replaces it (a client never falls more than one version behind), so a slow client costs one answer and
@@ -244,7 +245,9 @@ class Streams:
         others'."""
         self.metrics.version_checks.inc()
         version = await self.reads.version(board.name)
-        channels = [c for c in board.channels.values() if c.known != version]  # at most the cap: a bounded batch
+        # a board without a version (declared, no window yet; or gone) may still change: deleted, declared again
+        # or FLUSHALLed, none of which writes a version, so its questions are read every poll, as before the watcher
+        channels = [c for c in board.channels.values() if version is None or c.known != version]  # at most the cap
         if not channels:
             return
         self.metrics.answer_reads.inc(len(channels))
