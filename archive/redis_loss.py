@@ -22,7 +22,7 @@ from typing import Any, Self
 
 from archive.pool import Archive
 from archive.restore import Restored, restore
-from flusher.batch import Sink
+from flusher.checkpoints import CheckpointHash
 from ingest.errors import TRANSIENT
 from ingest.partitions import Halt, HaltReason
 from ingest.settings import WorkerSettings
@@ -47,10 +47,12 @@ class LossRestorer:
     """Watches the halted partitions (:meth:`note`, once per tick) and answers each restorable one with one
     restore from the archive, run as a task of its own."""
 
-    def __init__(self, settings: WorkerSettings, redis: Any, sink: Sink) -> None:
+    def __init__(self, settings: WorkerSettings, redis: Any) -> None:
         self._settings = settings
         self._redis = redis
-        self._sink = sink
+        # Not the worker's sink: reading positions there makes each partition's restore generation current, and a
+        # partition that resumed during the restore would then move its checkpoint past a swap it has not seen.
+        self._halts = CheckpointHash(redis, settings.topic)
         self._tried: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self.restores = 0
@@ -73,9 +75,9 @@ class LossRestorer:
             async with Archive(s.postgres, ARCHIVE_TIMEOUT_S) as archive:
                 done = await restore(archive, self._redis, s.topic, None, progress)
             # the halts this restore answers: lifted, so the next look positions from the archive's checkpoints
-            _, halts = await self._sink.load_positions(partitions)
+            _, halts = await self._halts.load_positions(partitions)
             for p, recorded in halts.items():
-                await self._sink.lift_halt(p, recorded, False)
+                await self._halts.lift_halt(p, recorded, False)
         except TRANSIENT as exc:  # the archive (an OSError when away) or Redis away: tried again at the next tick
             log.error("restore from the archive failed (%r); retrying", exc)
             await asyncio.sleep(s.halt_recheck_s)
@@ -102,7 +104,7 @@ class RestoringWorker:
 
     def __init__(self, settings: WorkerSettings, *, handle_signals: bool = True) -> None:
         self.worker = Worker(settings, handle_signals=handle_signals)
-        self.restorer = LossRestorer(settings, self.worker.redis, self.worker.sink)
+        self.restorer = LossRestorer(settings, self.worker.redis)
         self.worker.on_halts = self.restorer.note
 
     async def __aenter__(self) -> Self:

@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from archive import restore
 from archive.pool import Archive
+from archive.redis_loss import LossRestorer
 from cli.devstack import RedisServer
 from cli.loadgen import publish
 from flusher.batch import CheckpointResult
@@ -174,7 +175,7 @@ async def _archive_checkpoints(url: str, topic: str) -> dict[int, int]:
     return {r["partition"]: r["checkpoint"] for r in rows if r["checkpoint"] is not None}
 
 
-@pytest.mark.parametrize("run", ["swap", "restore"])
+@pytest.mark.parametrize("run", ["swap", "restore", "loss"])
 async def test_a_swap_between_a_flush_and_its_checkpoint_move_loses_no_event(
     run: str, kafka: str, topic_factory: Callable[..., str], redis_url: str, postgres_url: str, tmp_path: Path
 ) -> None:
@@ -182,7 +183,10 @@ async def test_a_swap_between_a_flush_and_its_checkpoint_move_loses_no_event(
     the archive's copy of the board, which lacks that window, and "lowers" the checkpoint to the archive's, which
     is the value Redis holds already: the hash does not change. The worker's move (a compare-and-set from the
     value it knows) must still be refused, or the window is gone from the board for good. ``swap``: the board's
-    swap script alone (its own lowering); ``restore``: the whole command, lowerings before and after too."""
+    swap script alone (its own lowering); ``restore``: the whole command, lowerings before and after too;
+    ``loss``: the worker's own restore (``--on-redis-loss``) on its own sink, which then reads back the halts of the
+    partitions it restored for: one that resumed meanwhile (the restore's first lowering wrote its checkpoint, so
+    the halt recheck lifted it) is flowing, and that read must not make its held move current."""
     topic = topic_factory(1)
     head, window = worker_events("global", 20, 300), worker_events("global", 20, 200, start=300)
     await publish(kafka, topic, head)
@@ -220,8 +224,11 @@ async def test_a_swap_between_a_flush_and_its_checkpoint_move_loses_no_event(
             assert read_boards(redis_url, ["global"]) == totals_of(head + window), "the window is on the live board"
             if run == "swap":
                 assert await restore.restore_board(archive, client, topic, "global", int(time.time() * 1000))
-            else:
+            elif run == "restore":
                 await restore.restore(archive, client, topic, None, lambda _: None)
+            else:
+                restoring = settings.model_copy(update={"postgres": postgres_url})
+                await LossRestorer(restoring, client)._restore([0])
             assert checkpoint(redis_url, topic) == len(head) - 1, "the archive's checkpoint: nothing to lower"
             release.set()
             end = len(head) + len(window) - 1
