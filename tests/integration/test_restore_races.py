@@ -16,13 +16,14 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from archive import restore
+from archive import restore, schema
 from archive.pool import Archive
 from archive.redis_loss import LossRestorer
 from cli.devstack import RedisServer
 from cli.loadgen import publish
 from flusher.batch import CheckpointResult
 from hotboard import keys
+from hotboard.boards import DEFAULT
 from ingest.worker import Worker
 from tests.integration.archive_harness import archiver_process, wait_archived
 from tests.integration.conftest import Spawn
@@ -239,3 +240,39 @@ async def test_a_swap_between_a_flush_and_its_checkpoint_move_loses_no_event(
             await client.aclose()
             worker.stop()
             await asyncio.wait_for(task, 30)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="restore lowers (and bumps the generation of) only the partitions the archive holds a checkpoint for: "
+    "a partition the archiver has not checkpointed yet keeps Redis's checkpoint, so its events the restored board "
+    "lacks are never replayed",
+)
+async def test_a_partition_the_archive_has_no_checkpoint_for_replays_what_the_restored_board_lacks(
+    redis_client: Redis, postgres_url: str
+) -> None:
+    """The archiver checkpointed partition 0 but not yet partition 1 (it lags, or 1 is new); the live board holds
+    both partitions' events. The restored board holds only partition 0's, so Redis's checkpoint of partition 1 must
+    come down to what the board holds of it (nothing: -1), or the worker resumes past events no board has."""
+    topic = "scores"
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await schema.migrate(conn)
+        await conn.execute("INSERT INTO hb_boards (board, spec, version) VALUES ('global', $1, 3)", DEFAULT.spec)
+        await conn.execute("INSERT INTO hb_scores (board, player, score) VALUES ('global', 'a', 10)")
+        field0 = keys.watermark_field(topic, 0, 0)
+        await conn.execute("INSERT INTO hb_watermarks VALUES ('global', $1, 9)", field0)
+        await conn.execute("INSERT INTO hb_checkpoints (topic, partition, checkpoint) VALUES ($1, 0, 9)", topic)
+    finally:
+        await conn.close()
+    field1 = keys.watermark_field(topic, 1, 0)
+    await redis_client.zadd(keys.board_key("global"), {"a": 10, "b": 5})
+    await redis_client.hset(keys.applied_key("global"), mapping={field0: 9, field1: 9})
+    await redis_client.hset(keys.meta_key("global"), mapping={keys.META_VERSION: 3})
+    await redis_client.hset(keys.checkpoint_key(topic), mapping={"0": 9, "1": 9})
+    async with Archive(postgres_url) as archive:
+        await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    held = await redis_client.hget(keys.applied_key("global"), field1)
+    checkpoint_1 = await redis_client.hget(keys.checkpoint_key(topic), "1")
+    assert checkpoint_1 is not None
+    assert int(checkpoint_1) <= (-1 if held is None else int(held)), "partition 1's events 0..9 are on no board"
