@@ -35,16 +35,21 @@ _KINDS: tuple[Callable[[str], str], ...] = (
 )
 #: Lower checkpoints, never raise them, and bump each named partition's restore generation (``<p>:gen``, see
 #: :func:`hotboard.keys.gen_field`) even where its checkpoint was no higher already: a worker's move decided
-#: before (a window it applied to the board this swap replaced) is then refused, and it resynchronises. From
+#: before (a window it applied to the board this swap replaced) is then refused, and it resynchronises. The new
+#: generation is the server's clock in microseconds, or one more than the last where that is not higher: a count
+#: from 1 would start over after a FLUSHALL and could name again the generation a worker read before it. From
 #: ARGV[first]: (partition, checkpoint, epoch) triples (epoch '0': left as it is).
 _LOWERING = """
 local function lower(ckpt_key, first)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   for i = first, #ARGV, 3 do
     local partition, lowered, epoch = ARGV[i], ARGV[i + 1], ARGV[i + 2]
     local cur = redis.call('HGET', ckpt_key, partition)
     if not cur or tonumber(cur) > tonumber(lowered) then redis.call('HSET', ckpt_key, partition, lowered) end
     if epoch ~= '0' then redis.call('HSET', ckpt_key, partition .. ':epoch', epoch) end
-    redis.call('HINCRBY', ckpt_key, partition .. ':gen', 1)
+    local gen = tonumber(redis.call('HGET', ckpt_key, partition .. ':gen') or '0')
+    redis.call('HSET', ckpt_key, partition .. ':gen', string.format('%.0f', math.max(gen + 1, now)))
   end
 end
 """

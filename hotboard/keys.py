@@ -101,9 +101,10 @@ def epoch_field(partition: int) -> str:
 
 
 def gen_field(partition: int) -> str:
-    """Field of ``hb:ckpt:{T}``: how many restore or rebuild swaps named the partition (absent: 0). Each bumps it,
-    even where the checkpoint it lowers to is the one Redis holds already; the checkpoint script compares it as it
-    compares the checkpoint, so a move decided before a swap is refused."""
+    """Field of ``hb:ckpt:{T}``: the partition's restore generation (absent: 0). Every restore or rebuild lowering
+    that names the partition moves it (to the server's clock in microseconds, or one past the last: never a value
+    it had before a FLUSHALL), even where the checkpoint it lowers to is the one Redis holds already; the
+    checkpoint script compares it as it compares the checkpoint, so a move decided before a swap is refused."""
     return f"{partition}:gen"
 
 

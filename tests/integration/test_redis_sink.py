@@ -117,7 +117,8 @@ async def test_a_swap_refuses_a_checkpoint_move_decided_before_it_even_at_the_sa
     await redis_client.hset(ckpt, "0", 10)
     assert await sink.load_checkpoints([0, 1]) == {0: 10}
     await staging._LOWER(redis_client, [ckpt], ["0", 10, 0])  # the archive's checkpoint: the one Redis holds
-    assert await redis_client.hmget(ckpt, ["0", keys.gen_field(0), keys.gen_field(1)]) == [b"10", b"1", None]
+    checkpoint, gen, untouched = await redis_client.hmget(ckpt, ["0", keys.gen_field(0), keys.gen_field(1)])
+    assert (checkpoint, untouched) == (b"10", None) and gen is not None and int(gen) > 0
     [refused, other] = await sink.advance_checkpoints({0: (10, 12), 1: (NO_WATERMARK, 3)})
     assert (refused.ok, refused.previous) == (False, 10) and other.ok, "partition 1 was not swapped: it moves"
     assert await redis_client.hget(ckpt, "0") == b"10"
@@ -178,3 +179,20 @@ async def test_checkpoint_and_halt_scripts_go_by_sha_and_survive_script_flush(re
     stats = await redis_client.info("commandstats")
     assert "cmdstat_eval" not in stats, "a script was sent as text"
     assert stats["cmdstat_evalsha"]["calls"] >= 4
+
+
+async def test_a_generation_read_before_a_flushall_is_not_current_after_a_restore_that_follows_it(
+    redis_client: Redis,
+) -> None:
+    """A worker positioned after two lowerings (generation 2); Redis is FLUSHALLed (the run_id stays) and restored
+    from an archive whose checkpoint is the worker's: its two lowerings count the generation up from absent to 2
+    again. The move the worker decided before the wipe (its window is on no board now) must still be refused."""
+    sink = RedisSink(redis_client, "scores")
+    for _ in range(2):
+        await staging.lower(redis_client, "scores", ["0", 10, 0])
+    assert await sink.load_checkpoints([0]) == {0: 10}
+    await redis_client.flushall()
+    for _ in range(2):  # hotboard restore: before the swaps and after them
+        await staging.lower(redis_client, "scores", ["0", 10, 0])
+    [move] = await sink.advance_checkpoints({0: (10, 12)})
+    assert not move.ok, "a generation counted up from absent again names another restore"
