@@ -25,6 +25,7 @@ from typing import Any
 
 from archive import staging
 from archive.pool import Archive
+from flusher.batch import NO_WATERMARK
 from hotboard import keys
 from hotboard.boards import DEFAULT, BoardDef, from_spec, to_hash
 from hotboard.periods import split_period_board
@@ -55,20 +56,29 @@ async def board_names(archive: Archive, board: str | None) -> list[str]:
     return [r["board"] for r in rows]
 
 
-async def _checkpoint_args(conn: Any, topic: str) -> list[Any]:
-    """The archive's checkpoints as (partition, checkpoint, epoch) triples."""
+async def _checkpoint_args(conn: Any, redis: Client, topic: str) -> list[Any]:
+    """The archive's checkpoints as (partition, checkpoint, epoch) triples, and ``NO_WATERMARK`` for each
+    partition Redis holds a checkpoint of and the archive does not: the archiver has applied none of its events
+    yet (its checkpoint moves in the transaction of its first window), so no restored board holds any, and the
+    partition replays from its start (the boards not restored skip what their watermarks hold)."""
     rows = await conn.fetch(
         "SELECT partition, checkpoint, epoch FROM hb_checkpoints WHERE topic = $1 AND checkpoint IS NOT NULL", topic
     )
     args: list[Any] = []
     for r in rows:
         args += (str(r["partition"]), r["checkpoint"], r["epoch"])
+    archived = {str(r["partition"]) for r in rows}
+    fields = await redis.hkeys(keys.checkpoint_key(topic))
+    for field in fields:
+        partition = field.decode() if isinstance(field, bytes) else str(field)
+        if partition.isdigit() and partition not in archived:
+            args += (partition, NO_WATERMARK, 0)
     return args
 
 
 async def lower_checkpoints(archive: Archive, redis: Client, topic: str) -> int:
     async with archive.connection() as conn:
-        args = await _checkpoint_args(conn, topic)
+        args = await _checkpoint_args(conn, redis, topic)
     if args:
         await staging.lower(redis, topic, args)
     return len(args) // 3
@@ -94,7 +104,7 @@ async def restore_board(archive: Archive, redis: Client, topic: str, board: str,
         logical, period = split_period_board(board)
         await redis.delete(*twin)
         async with conn.transaction(isolation="repeatable_read", readonly=True):
-            lowered = await _checkpoint_args(conn, topic)  # the snapshot's: every event up to them is in it
+            lowered = await _checkpoint_args(conn, redis, topic)  # the snapshot's: every event up to them is in it
             marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
             if marks:
                 await redis.hset(twin[1], mapping={r["field"]: r["last_offset"] for r in marks})
@@ -119,7 +129,7 @@ async def _restore_deleted(conn: Any, redis: Client, topic: str, board: str, liv
     """A deleted board: only its watermarks (and deleted version) come back, every other key of it goes."""
     await redis.delete(*twin)
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        lowered = await _checkpoint_args(conn, topic)
+        lowered = await _checkpoint_args(conn, redis, topic)
         marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
     await redis.hset(twin[1], mapping={r["field"]: r["last_offset"] for r in marks})
     await staging.swap(redis, topic, live, twin, [-1, 0], lowered)

@@ -242,12 +242,6 @@ async def test_a_swap_between_a_flush_and_its_checkpoint_move_loses_no_event(
             await asyncio.wait_for(task, 30)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="restore lowers (and bumps the generation of) only the partitions the archive holds a checkpoint for: "
-    "a partition the archiver has not checkpointed yet keeps Redis's checkpoint, so its events the restored board "
-    "lacks are never replayed",
-)
 async def test_a_partition_the_archive_has_no_checkpoint_for_replays_what_the_restored_board_lacks(
     redis_client: Redis, postgres_url: str
 ) -> None:
