@@ -72,7 +72,6 @@ async def _archive_head(kafka: str, seed: str, postgres_url: str, topic: str, he
         archiver.cleanup()
 
 
-@pytest.mark.xfail(strict=True, reason="cluster gap: a worker resynchronised between the lowering and the swap")
 async def test_a_worker_resynchronised_between_the_lowering_and_the_swap_loses_no_event(
     kafka: str,
     topic_factory: Callable[..., str],
@@ -133,6 +132,8 @@ async def test_a_worker_resynchronised_between_the_lowering_and_the_swap_loses_n
             tried.clear()
             await publish(kafka, topic, tail)
             await wait_while_running(moved_from_head, task, "a move from the lowered checkpoint")
+            refused = [r.ok for asked, results in tried if asked.get(0) == (len(head) - 1, tail_end) for r in results]
+            assert refused == [False], "the restoring mark holds the checkpoint until the board is swapped in"
 
         async def before_second_lowering() -> None:
             """Held after the swap: the worker, fenced on the swapped board, resynchronises and folds a late
@@ -174,6 +175,36 @@ async def test_a_worker_resynchronised_between_the_lowering_and_the_swap_loses_n
             end = len(everything) - 1
             await wait_while_running(lambda: _ckpt(seed, topic)[0] == end, task, "the worker caught up")
             assert read_cluster(seed, [BOARD]) == totals_of(everything), "events lost between the two lowerings"
+        finally:
+            await client.aclose()
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+
+
+async def test_a_restore_that_died_between_its_lowerings_holds_checkpoints_only_until_its_deadline(
+    kafka: str, topic_factory: Callable[..., str], redis_cluster: TestCluster
+) -> None:
+    """The restore lowered the checkpoint and marked the partition restoring, then died before the swap (and the
+    lowering after it that clears the mark). Past the mark's deadline the worker's moves go through again: the
+    checkpoint script ignores the stale mark and deletes it. The board stays exact throughout."""
+    seed = redis_cluster.seed
+    topic = topic_factory(1)
+    head, tail = _chunk(300, 0), _chunk(200, 300)
+    await publish(kafka, topic, head)
+    settings = worker_settings(kafka, seed, topic, f"g-{topic}", redis_cluster=True)
+    async with Worker(settings, handle_signals=False) as worker:
+        task = asyncio.create_task(worker.run())
+        client = redis_client.connect(seed, cluster=True)
+        try:
+            await wait_while_running(lambda: _ckpt(seed, topic)[0] == len(head) - 1, task, "the head applied")
+            await staging.lower(client, topic, ["0", len(head) - 1, 0], 2_000)  # and then the restore died
+            assert _ckpt(seed, topic) == (len(head) - 1, True)
+            await publish(kafka, topic, tail)
+            end = len(head) + len(tail) - 1
+            await wait_while_running(lambda: _ckpt(seed, topic) == (end, False), task, "moves past the deadline")
+            assert read_cluster(seed, [BOARD]) == totals_of([*head, *tail])
+            refused = worker.metrics.registry.get_sample_value("hotboard_resyncs_total", {"reason": "checkpoint"})
+            assert (refused or 0) >= 2, "the generation refuses one move; the live mark refused more"
         finally:
             await client.aclose()
             worker.stop()
