@@ -38,11 +38,17 @@ _KINDS: tuple[Callable[[str], str], ...] = (
 #: before (a window it applied to the board this swap replaced) is then refused, and it resynchronises. The new
 #: generation is the server's clock in microseconds, or one more than the last where that is not higher: a count
 #: from 1 would start over after a FLUSHALL and could name again the generation a worker read before it. From
-#: ARGV[first]: (partition, checkpoint, epoch) triples (epoch '0': left as it is).
+#: ARGV[first]: (partition, checkpoint, epoch) triples (epoch '0': left as it is). ``mark_ms`` (cluster only, see
+#: :func:`swap`): above 0, each partition's restoring mark (``<p>:restoring``) is set to Redis TIME + that many ms,
+#: which the checkpoint script honours until then; below 0, the mark is cleared; 0, left alone.
 _LOWERING = """
-local function lower(ckpt_key, first)
+local function lower(ckpt_key, first, mark_ms)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local deadline
+  if mark_ms > 0 then
+    deadline = math.floor(now / 1000) + mark_ms
+  end
   for i = first, #ARGV, 3 do
     local partition, lowered, epoch = ARGV[i], ARGV[i + 1], ARGV[i + 2]
     local cur = redis.call('HGET', ckpt_key, partition)
@@ -50,6 +56,11 @@ local function lower(ckpt_key, first)
     if epoch ~= '0' then redis.call('HSET', ckpt_key, partition .. ':epoch', epoch) end
     local gen = tonumber(redis.call('HGET', ckpt_key, partition .. ':gen') or '0')
     redis.call('HSET', ckpt_key, partition .. ':gen', string.format('%.0f', math.max(gen + 1, now)))
+    if deadline then
+      redis.call('HSET', ckpt_key, partition .. ':restoring', deadline)
+    elseif mark_ms < 0 then
+      redis.call('HDEL', ckpt_key, partition .. ':restoring')
+    end
   end
 end
 """
@@ -65,7 +76,7 @@ _SWAP = Script(
     _LOWERING
     + f"""
 local archived, expire_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-lower(KEYS[17], 3)
+lower(KEYS[17], 3, 0)
 if archived >= 0 then
   local live = tonumber(redis.call('HGET', KEYS[3], '{keys.META_VERSION}') or '0')
   redis.call('HSET', KEYS[11], '{keys.META_VERSION}', math.max(live, archived) + 1)
@@ -81,15 +92,19 @@ end
 return 1
 """
 )
-#: Lower checkpoints (and bump generations) alone. KEYS: the checkpoint hash. ARGV: (partition, checkpoint,
-#: epoch) triples.
+#: Lower checkpoints (and bump generations) alone. KEYS: the checkpoint hash. ARGV: the restoring mark's
+#: ``mark_ms`` (see _LOWERING), then (partition, checkpoint, epoch) triples.
 _LOWER = Script(
     _LOWERING
     + """
-lower(KEYS[1], 1)
+lower(KEYS[1], 2, tonumber(ARGV[1]))
 return 1
 """
 )
+#: How long a restoring mark holds a partition's checkpoint at most (ms): far longer than one board's swap (three
+#: round trips; a million-member board's RENAME frees its old members in about a second), so only a restore that
+#: died between its two lowerings leaves one behind, and its partitions' checkpoints move again once it passed.
+RESTORING_BOUND_MS = 600_000
 #: Rows written per round trip (see :func:`stage_players`).
 CHUNK = 10_000
 #: The fields a period's definition copy holds (what the flush script seeds, see hotboard.lua).
@@ -111,9 +126,10 @@ def period_copy(definition: BoardDef) -> dict[Any, Any]:
     return {k: v for k, v in to_hash(definition, 0).items() if k in _COPIED}
 
 
-async def lower(redis: Client, topic: str, lowered: Sequence[Any]) -> None:
-    """Lower the topic's checkpoints to ``lowered`` ((partition, checkpoint, epoch) triples), bumping generations."""
-    await _LOWER(redis, [keys.checkpoint_key(topic)], list(lowered))
+async def lower(redis: Client, topic: str, lowered: Sequence[Any], mark_ms: int = 0) -> None:
+    """Lower the topic's checkpoints to ``lowered`` ((partition, checkpoint, epoch) triples), bumping generations;
+    ``mark_ms`` > 0 also sets each partition's restoring mark that far ahead, < 0 clears it."""
+    await _LOWER(redis, [keys.checkpoint_key(topic)], [mark_ms, *lowered])
 
 
 async def swap(
@@ -123,15 +139,20 @@ async def swap(
     and when the keys expire (ms, 0: never); ``lowered``: (partition, checkpoint, epoch) triples the topic's
     checkpoints are lowered to. On one server the script lowers them in the same step; on a Redis Cluster the
     checkpoint hash lives on a slot of its own (a script may not span two), so they are lowered right before the
-    swap and right after it, two round trips apart (the known gap: docs/archive.md)."""
+    swap and right after it, two round trips apart. The first lowering also marks each partition restoring: until
+    the second clears the mark (a failed swap too), no worker moves those checkpoints, so none that resynchronised
+    in between resumes past what the swapped board holds (docs/archive.md)."""
     if not isinstance(redis, RedisCluster):
         await _SWAP(redis, [*live, *twin, keys.checkpoint_key(topic)], [*args, *lowered])
         return
-    if lowered:
-        await lower(redis, topic, lowered)
-    await _SWAP(redis, [*live, *twin], list(args))
-    if lowered:
-        await lower(redis, topic, lowered)
+    if not lowered:
+        await _SWAP(redis, [*live, *twin], list(args))
+        return
+    await lower(redis, topic, lowered, RESTORING_BOUND_MS)
+    try:
+        await _SWAP(redis, [*live, *twin], list(args))
+    finally:
+        await lower(redis, topic, lowered, -1)
 
 
 async def stage_players(redis: Client, twin: Sequence[str], definition: BoardDef, rows: Sequence[Any]) -> None:

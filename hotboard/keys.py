@@ -108,6 +108,13 @@ def gen_field(partition: int) -> str:
     return f"{partition}:gen"
 
 
+def restoring_field(partition: int) -> str:
+    """Field of ``hb:ckpt:{T}``, Redis Cluster only: while a board is swapped in, the deadline (ms, Redis TIME)
+    until which the checkpoint script refuses every move of the partition (set by the lowering before the swap,
+    cleared by the one after it; a mark past its deadline is a crashed restore's and is ignored)."""
+    return f"{partition}:restoring"
+
+
 def is_valid_board(board: str) -> bool:
     return BOARD_RE.fullmatch(board) is not None
 

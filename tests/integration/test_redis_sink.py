@@ -116,7 +116,7 @@ async def test_a_swap_refuses_a_checkpoint_move_decided_before_it_even_at_the_sa
     ckpt = keys.checkpoint_key("scores")
     await redis_client.hset(ckpt, "0", 10)
     assert await sink.load_checkpoints([0, 1]) == {0: 10}
-    await staging._LOWER(redis_client, [ckpt], ["0", 10, 0])  # the archive's checkpoint: the one Redis holds
+    await staging.lower(redis_client, "scores", ["0", 10, 0])  # the archive's checkpoint: the one Redis holds
     checkpoint, gen, untouched = await redis_client.hmget(ckpt, ["0", keys.gen_field(0), keys.gen_field(1)])
     assert (checkpoint, untouched) == (b"10", None) and gen is not None and int(gen) > 0
     [refused, other] = await sink.advance_checkpoints({0: (10, 12), 1: (NO_WATERMARK, 3)})
@@ -127,6 +127,27 @@ async def test_a_swap_refuses_a_checkpoint_move_decided_before_it_even_at_the_sa
     await redis_client.flushall()  # every field absent again: generation 0, as a fresh worker knows it
     fresh = RedisSink(redis_client, "scores")
     assert [r.ok for r in await fresh.advance_checkpoints({0: (NO_WATERMARK, 5)})] == [True]
+
+
+async def test_a_restoring_mark_holds_the_checkpoint_until_cleared_or_past_its_deadline(redis_client: Redis) -> None:
+    """The lowering before a board's swap on a Redis Cluster marks the partition restoring: every move is refused
+    (the worker resynchronises, its windows stay fenced per board) until the lowering after the swap clears the
+    mark. A mark past its deadline is a crashed restore's: ignored, and deleted by the move it let through."""
+    sink = RedisSink(redis_client, "scores")
+    ckpt, mark = keys.checkpoint_key("scores"), keys.restoring_field(0)
+    await redis_client.hset(ckpt, "0", 10)
+    await staging.lower(redis_client, "scores", ["0", 10, 0], staging.RESTORING_BOUND_MS)
+    assert await sink.load_checkpoints([0, 1]) == {0: 10}  # positioned after the first lowering: its generation
+    [refused, other] = await sink.advance_checkpoints({0: (10, 12), 1: (NO_WATERMARK, 3)})
+    assert (refused.ok, refused.previous) == (False, 10) and other.ok, "only the marked partition is held"
+    assert await redis_client.hget(ckpt, mark) is not None, "a live mark stays"
+    await staging.lower(redis_client, "scores", ["0", 10, 0], -1)
+    assert await redis_client.hget(ckpt, mark) is None
+    assert await sink.load_checkpoints([0]) == {0: 10}
+    assert [r.ok for r in await sink.advance_checkpoints({0: (10, 12)})] == [True]
+    await redis_client.hset(ckpt, mark, 1)  # a restore that died between its lowerings, long ago
+    assert [r.ok for r in await sink.advance_checkpoints({0: (12, 14)})] == [True]
+    assert await redis_client.hmget(ckpt, ["0", mark]) == [b"14", None]
 
 
 async def test_a_halt_pins_its_checkpoint_and_a_lift_for_a_new_log_moves_the_epoch(redis_client: Redis) -> None:

@@ -18,6 +18,8 @@ def test_layout() -> None:
     assert (keys.halt_field(3), keys.epoch_field(3), keys.gen_field(3)) == ("3:halt", "3:epoch", "3:gen")
     assert "':halt'" in lua.CHECKPOINT and "':halt'" in lua.LIFT_HALT and "':epoch'" in lua.LIFT_HALT
     assert "':gen'" in lua.CHECKPOINT and "':gen'" in staging._SWAP.text and "':gen'" in staging._LOWER.text
+    assert keys.restoring_field(3) == "3:restoring"
+    assert "':restoring'" in lua.CHECKPOINT and "':restoring'" in staging._LOWER.text
     assert keys.BOARD_INDEX_KEY == "hb:board-index"
     for make, suffix in (
         (keys.def_key, "def"),
