@@ -235,9 +235,20 @@ class Streams:
                 except (RedisError, OSError) as exc:
                     failures += 1
                     log.warning("streams of board %r unreadable: %r", board.name, exc)
+                except Exception:  # a reply no question could parse: its streams wait, backed off, not orphaned
+                    failures += 1
+                    log.exception("streams of board %r: a poll failed", board.name)
         finally:
             if self._boards.get(board.name) is board:
                 del self._boards[board.name]
+            # ended with streams still on it (cancelled): they end too, and leave the count they held
+            for channel in board.channels.values():
+                for subscription in channel.subscribers:
+                    subscription.leave()
+                    self.open -= 1
+                channel.subscribers.clear()
+            board.channels.clear()
+            self.metrics.open.set(self.open)
 
     async def poll(self, board: _Board) -> None:
         """One poll: the version, and only when it moved the answer of every question behind it, in one round trip.

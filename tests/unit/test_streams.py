@@ -179,3 +179,30 @@ async def test_a_question_that_joined_at_another_version_is_read_alone_until_all
     await streams.poll(board)
     assert reads.log[2:] == [("version", "b", 1)]
     await streams.close()
+
+
+async def test_a_watcher_survives_an_unexpected_error_and_its_streams_keep_their_count() -> None:
+    """A bug-shaped failure (not Redis's) in one poll backs off and reads again, as a Redis error does: the
+    streams stay served, and leaving them brings the open count back to 0 (an orphaned watcher leaked it)."""
+    reads = FakeReads()
+    reads.versions = {"b": 1}
+    failures = [RuntimeError("a reply parser's bug")]
+    version = reads.version
+
+    async def flaky(board: str) -> int | None:
+        if failures:
+            raise failures.pop()
+        return await version(board)
+
+    reads.version = flaky  # type: ignore[method-assign]
+    streams = streams_of(reads)
+    question = reads.question("b", "p")
+    subscription, _ = await streams.subscribe(question)
+    reads.versions["b"] = 2
+    reads.bodies[("b", "p")] = b"moved"
+    async with asyncio.timeout(10):
+        await subscription.ready.wait()
+    assert subscription.take() == Answer(2, b"moved") and not failures
+    streams.unsubscribe(question, subscription)
+    assert streams.open == 0
+    await streams.close()
