@@ -78,18 +78,21 @@ class ArchiverMetrics(WorkerMetrics):
             registry=self.registry,
         )
         # The staleness alert's clock: a fresh install (no audit yet, the last-run gauge at 0) is not overdue until
-        # an audit was due, counted from this archiver's start; once one ran, from its finish, read from the
-        # archive, so a restart does not reset it.
+        # an audit was due, counted from when the archive was made; once one ran, from its finish. Both are read
+        # from the archive, so a restart does not reset it; this archiver's start stands in until the first read.
         self.started_at = time.time()
         self.last_audit_s = 0.0
+        self.due_since_s = 0.0
         Gauge(
             "hotboard_archive_audit_awaited_since_timestamp_seconds",
-            "Since when an audit of every board is awaited: the last one's finish, or (none yet) this archiver's start",
+            "Since when an audit of every board is awaited: the last one's finish, or (none yet) when the archive "
+            "was made",
             registry=self.registry,
-        ).set_function(lambda: self.last_audit_s or self.started_at)
+        ).set_function(lambda: self.last_audit_s or self.due_since_s or self.started_at)
 
     def audited(self, last: LastAudit) -> None:
         self.last_audit_s = last.finished_at_ms / 1000
+        self.due_since_s = last.due_since_ms / 1000
         self.audit_last_run.set(self.last_audit_s)
         self.audit_last_success.set(last.last_success_ms / 1000)
         self.audit_not_exact.set(last.not_exact)

@@ -42,6 +42,8 @@ class LastAudit:
     last_success_ms: int = 0
     differences: int = 0
     runs_not_exact: int = 0
+    #: When the archive was made (ms since the epoch; 0: unknown): an audit is due from then until one ran.
+    due_since_ms: int = 0
 
 
 async def record(archive: Archive, results: Sequence[Audited], finished_at_ms: int) -> None:
@@ -66,6 +68,9 @@ async def last(archive: Archive) -> LastAudit:
             "  coalesce((SELECT max(id) FROM hb_audits WHERE not_exact = 0), 0)) AS runs "
             "FROM hb_audits ORDER BY id DESC LIMIT 1"
         )
+        due = await conn.fetchval("SELECT min(since_ms) FROM hb_audit_due")
     if row is None:
-        return LastAudit()
-    return LastAudit(row["finished_at_ms"], row["not_exact"], row["success"] or 0, row["differences"], row["runs"])
+        return LastAudit(due_since_ms=due or 0)
+    return LastAudit(
+        row["finished_at_ms"], row["not_exact"], row["success"] or 0, row["differences"], row["runs"], due or 0
+    )

@@ -93,8 +93,16 @@ CREATE TABLE hb_audits (
 );
 """
 
+#: Since when an audit of every board is due (ms since the epoch): when the archive was made, or moved to this
+#: version. Until the first audit the staleness alert counts from it, not from an archiver's start, which every
+#: deploy moves.
+_V3 = """
+CREATE TABLE hb_audit_due (since_ms bigint NOT NULL);
+INSERT INTO hb_audit_due VALUES ((extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+"""
+
 #: Migration n (1-based) brings the schema from version n - 1 to n. Append; never edit one that shipped.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 VERSION = len(MIGRATIONS)
 
 #: One window's rows, copied in (COPY) and applied by one INSERT; dropped at commit.

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from archive import audit_log, schema
+from archive.archiver import ArchiverMetrics
+from archive.pool import Archive
 from cli.devstack import RedisServer
 from hotboard import keys
 from tests.integration.archive_harness import archiver_process, wait_archived
@@ -106,3 +109,26 @@ def test_the_archiver_exports_the_last_audit_and_a_corrupted_player_flips_it(
         assert archiver.metric(NOT_EXACT) == 0 and archiver.metric(LAST_SUCCESS) == archiver.metric(AWAITED)
     finally:
         archiver.cleanup()
+
+
+async def test_a_never_audited_install_is_awaited_since_the_archive_was_made_not_since_a_restart(
+    postgres_url: str,
+) -> None:
+    """No audit has run: the staleness clock starts when the archive was created (read from it), so an archiver
+    restarted every hour (a deploy) does not push HotboardAuditStale off for ever."""
+    async with Archive(postgres_url) as archive:
+        async with archive.connection() as conn:
+            await schema.migrate(conn)
+        made = await audit_log.last(archive)
+        assert made.finished_at_ms == 0 and 0 < made.due_since_ms <= time.time() * 1000
+        first, restarted = ArchiverMetrics(), ArchiverMetrics()  # two processes, the second started later
+        restarted.started_at = first.started_at + 3600
+        for metrics in (first, restarted):
+            metrics.audited(await audit_log.last(archive))
+        assert {gauge(m, AWAITED) for m in (first, restarted)} == {made.due_since_ms / 1000}
+
+
+def gauge(metrics: ArchiverMetrics, name: str) -> float:
+    value = metrics.registry.get_sample_value(name)
+    assert value is not None, name
+    return value
