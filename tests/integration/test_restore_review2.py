@@ -101,3 +101,25 @@ async def test_a_generation_at_2_53_still_moves_on_a_lowering(redis_client: Redi
     await staging.lower(redis_client, "scores", ["0", 10, 0])
     [move] = await sink.advance_checkpoints({0: (10, 12)})
     assert not move.ok, "a move decided before the lowering went through"
+
+
+async def test_a_marking_lowering_whose_reply_is_lost_leaves_no_restoring_mark(
+    redis_client: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a Redis Cluster the lowering before a swap marks its partitions restoring. Its reply can be lost after it
+    ran (a timeout, a dropped connection): the swap is not attempted, and the mark must still be cleared, or every
+    move of those partitions is refused (each window replayed again) until its 10-minute deadline."""
+    real = staging._LOWER
+
+    async def reply_lost(redis: Redis, keys_: list[str], args: list[object]) -> object:
+        reply = await real(redis, keys_, args)
+        if int(str(args[0])) > 0:
+            raise ConnectionError("the marking lowering ran, its reply was lost")
+        return reply
+
+    monkeypatch.setattr(staging, "RedisCluster", Redis)  # one server, on the cluster's path (two lowerings)
+    monkeypatch.setattr(staging, "_LOWER", reply_lost)
+    live = staging.live_keys("global")
+    with pytest.raises(ConnectionError):
+        await staging.swap(redis_client, "scores", live, staging.staging_keys(live), [-1, 0], ["0", 10, 0])
+    assert await redis_client.hget(keys.checkpoint_key("scores"), keys.restoring_field(0)) is None
