@@ -140,16 +140,18 @@ async def swap(
     checkpoints are lowered to. On one server the script lowers them in the same step; on a Redis Cluster the
     checkpoint hash lives on a slot of its own (a script may not span two), so they are lowered right before the
     swap and right after it, two round trips apart. The first lowering also marks each partition restoring: until
-    the second clears the mark (a failed swap too), no worker moves those checkpoints, so none that resynchronised
-    in between resumes past what the swapped board holds (docs/archive.md)."""
+    the second clears the mark (a failed swap, or a first lowering whose reply was lost, too), no worker moves
+    those checkpoints, so none that resynchronised in between resumes past what the swapped board holds
+    (docs/archive.md)."""
     if not isinstance(redis, RedisCluster):
         await _SWAP(redis, [*live, *twin, keys.checkpoint_key(topic)], [*args, *lowered])
         return
     if not lowered:
         await _SWAP(redis, [*live, *twin], list(args))
         return
-    await lower(redis, topic, lowered, RESTORING_BOUND_MS)
     try:
+        # inside the try: a reply lost after the marking lowering ran (a timeout) must still clear its mark
+        await lower(redis, topic, lowered, RESTORING_BOUND_MS)
         await _SWAP(redis, [*live, *twin], list(args))
     finally:
         await lower(redis, topic, lowered, -1)

@@ -1,0 +1,125 @@
+"""Adversarial review (review2) of the restore generation, the restoring mark and the lowering of partitions the
+archive has no checkpoint for: the faults found, each pinned by a test."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+from redis.asyncio import Redis
+
+from archive import restore, schema, staging
+from archive.pool import Archive
+from flusher.redis_sink import RedisSink
+from hotboard import keys
+from hotboard.boards import DEFAULT
+from ingest.partitions import Seek, position
+
+pytestmark = pytest.mark.integration
+
+#: More players than one staging chunk, so a restore's copy spans several round trips.
+PLAYERS = 3 * restore.CHUNK + 17
+
+
+async def _archive_one_board(postgres_url: str, topic: str) -> str:
+    """An archive of one board 'global' of ``PLAYERS`` players, partition 0 checkpointed at 9."""
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await schema.migrate(conn)
+        await conn.execute("INSERT INTO hb_boards (board, spec, version) VALUES ('global', $1, 3)", DEFAULT.spec)
+        await conn.copy_records_to_table(
+            "hb_scores", records=[("global", f"p{i}", i, None, None) for i in range(PLAYERS)]
+        )
+        field = keys.watermark_field(topic, 0, 0)
+        await conn.execute("INSERT INTO hb_watermarks VALUES ('global', $1, 9)", field)
+        await conn.execute("INSERT INTO hb_checkpoints (topic, partition, checkpoint) VALUES ($1, 0, 9)", topic)
+    finally:
+        await conn.close()
+    return field
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="two restores at once share the staging keys (hb:{B}:...:restoring): one's swap renames the other's "
+    "half-staged board in, and the other's swap then finds its twins gone and deletes the live keys (review2)",
+)
+async def test_two_restores_at_once_leave_the_board_whole(redis_client: Redis, postgres_url: str) -> None:
+    """After a FLUSHALL every worker with ``--on-redis-loss`` halts its own partitions ``redis_lost`` and runs its
+    own restore of every board (archive.redis_loss), so restores of one board run side by side. Whatever their
+    interleaving, the board must end whole: every archived player and its watermark."""
+    topic = "scores"
+    field = await _archive_one_board(postgres_url, topic)
+    async with Archive(postgres_url) as one, Archive(postgres_url) as other:
+        await asyncio.gather(
+            restore.restore(one, redis_client, topic, None, lambda _: None),
+            restore.restore(other, redis_client, topic, None, lambda _: None),
+        )
+    players = await redis_client.zcard(keys.board_key("global"))
+    mark = await redis_client.hget(keys.applied_key("global"), field)
+    assert (players, mark) == (PLAYERS, b"9")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="restore lowers a partition the archive has no checkpoint of to -1, and a log that no longer starts at "
+    "0 then halts it retention_lost for every board (docs/archive.md says it replays from its log's start); a "
+    "worker with --on-redis-loss answers that halt with a restore of every board, which lowers it to -1 again "
+    "(review2)",
+)
+async def test_a_partition_the_archive_lacks_resumes_at_its_log_start_after_a_one_board_restore(
+    redis_client: Redis, postgres_url: str
+) -> None:
+    """Redis holds partition 1 at 9 on every board; the archive never checkpointed it; retention deleted offsets
+    0..9 (the log starts at 10). After ``restore --board global`` the partition must resume at its log's start, as
+    documented, not halt every board's partition 1 for an operator."""
+    topic = "scores"
+    await _archive_one_board(postgres_url, topic)
+    field1 = keys.watermark_field(topic, 1, 0)
+    for board in ("global", "other"):
+        await redis_client.hset(keys.applied_key(board), field1, 9)
+    await redis_client.hset(keys.checkpoint_key(topic), mapping={"0": 9, "1": 9})
+    async with Archive(postgres_url) as archive:
+        await restore.restore(archive, redis_client, topic, "global", lambda _: None)
+    restored = await redis_client.hget(keys.checkpoint_key(topic), "1")
+    assert restored is not None
+    assert position(int(restored), 9, 10) == Seek(10)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the lowering computes gen + 1 in a Lua double: at 2^53 and above it adds nothing, so the generation "
+    "stays the one the worker read and its move decided before the swap succeeds (review2; reached only by a "
+    "server clock past the year 2255 or a hand-written generation)",
+)
+async def test_a_generation_at_2_53_still_moves_on_a_lowering(redis_client: Redis) -> None:
+    """A generation at or past 2^53 (Redis clock far ahead, or written by hand): a lowering must still change it."""
+    sink = RedisSink(redis_client, "scores")
+    ckpt = keys.checkpoint_key("scores")
+    await redis_client.hset(ckpt, mapping={"0": 10, keys.gen_field(0): 2**53})
+    assert await sink.load_checkpoints([0]) == {0: 10}
+    await staging.lower(redis_client, "scores", ["0", 10, 0])
+    [move] = await sink.advance_checkpoints({0: (10, 12)})
+    assert not move.ok, "a move decided before the lowering went through"
+
+
+async def test_a_marking_lowering_whose_reply_is_lost_leaves_no_restoring_mark(
+    redis_client: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a Redis Cluster the lowering before a swap marks its partitions restoring. Its reply can be lost after it
+    ran (a timeout, a dropped connection): the swap is not attempted, and the mark must still be cleared, or every
+    move of those partitions is refused (each window replayed again) until its 10-minute deadline."""
+    real = staging._LOWER
+
+    async def reply_lost(redis: Redis, keys_: list[str], args: list[object]) -> object:
+        reply = await real(redis, keys_, args)
+        if int(str(args[0])) > 0:
+            raise ConnectionError("the marking lowering ran, its reply was lost")
+        return reply
+
+    monkeypatch.setattr(staging, "RedisCluster", Redis)  # one server, on the cluster's path (two lowerings)
+    monkeypatch.setattr(staging, "_LOWER", reply_lost)
+    live = staging.live_keys("global")
+    with pytest.raises(ConnectionError):
+        await staging.swap(redis_client, "scores", live, staging.staging_keys(live), [-1, 0], ["0", 10, 0])
+    assert await redis_client.hget(keys.checkpoint_key("scores"), keys.restoring_field(0)) is None
