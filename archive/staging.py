@@ -55,7 +55,9 @@ local function lower(ckpt_key, first, mark_ms)
     if not cur or tonumber(cur) > tonumber(lowered) then redis.call('HSET', ckpt_key, partition, lowered) end
     if epoch ~= '0' then redis.call('HSET', ckpt_key, partition .. ':epoch', epoch) end
     local gen = tonumber(redis.call('HGET', ckpt_key, partition .. ':gen') or '0')
-    redis.call('HSET', ckpt_key, partition .. ':gen', string.format('%.0f', math.max(gen + 1, now)))
+    local moved = math.max(gen + 1, now)
+    if moved == gen then moved = now end  -- at 2^53 and above gen + 1 is gen itself (a double)
+    redis.call('HSET', ckpt_key, partition .. ':gen', string.format('%.0f', moved))
     if deadline then
       redis.call('HSET', ckpt_key, partition .. ':restoring', deadline)
     elseif mark_ms < 0 then

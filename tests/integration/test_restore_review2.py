@@ -86,12 +86,6 @@ async def test_a_partition_the_archive_lacks_resumes_at_its_log_start_after_a_on
     assert position(int(restored), 9, 10) == Seek(10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the lowering computes gen + 1 in a Lua double: at 2^53 and above it adds nothing, so the generation "
-    "stays the one the worker read and its move decided before the swap succeeds (review2; reached only by a "
-    "server clock past the year 2255 or a hand-written generation)",
-)
 async def test_a_generation_at_2_53_still_moves_on_a_lowering(redis_client: Redis) -> None:
     """A generation at or past 2^53 (Redis clock far ahead, or written by hand): a lowering must still change it."""
     sink = RedisSink(redis_client, "scores")
