@@ -14,7 +14,7 @@ from archive.pool import Archive
 from flusher.redis_sink import RedisSink
 from hotboard import keys
 from hotboard.boards import DEFAULT
-from ingest.partitions import Seek, position
+from ingest.partitions import Halt, HaltReason, Seek, position
 
 pytestmark = pytest.mark.integration
 
@@ -60,19 +60,14 @@ async def test_two_restores_at_once_leave_the_board_whole(redis_client: Redis, p
     assert (players, mark) == (PLAYERS, b"9")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="restore lowers a partition the archive has no checkpoint of to -1, and a log that no longer starts at "
-    "0 then halts it retention_lost for every board (docs/archive.md says it replays from its log's start); a "
-    "worker with --on-redis-loss answers that halt with a restore of every board, which lowers it to -1 again "
-    "(review2)",
-)
-async def test_a_partition_the_archive_lacks_resumes_at_its_log_start_after_a_one_board_restore(
+async def test_a_partition_the_archive_lacks_replays_from_its_start_or_halts_where_retention_cut_it(
     redis_client: Redis, postgres_url: str
 ) -> None:
-    """Redis holds partition 1 at 9 on every board; the archive never checkpointed it; retention deleted offsets
-    0..9 (the log starts at 10). After ``restore --board global`` the partition must resume at its log's start, as
-    documented, not halt every board's partition 1 for an operator."""
+    """Redis holds partition 1 at 9 on every board; the archive never checkpointed it, so the restored board holds
+    none of its events. After ``restore --board global`` the partition replays from its log's start (the other
+    boards skip what their watermarks hold); where retention deleted offsets 0..9 those events of the restored
+    board are in neither store, and the partition halts ``retention_lost`` for an operator rather than resume at
+    the log's start as if the board held them (the decision of the review: a loud halt, never a silent loss)."""
     topic = "scores"
     await _archive_one_board(postgres_url, topic)
     field1 = keys.watermark_field(topic, 1, 0)
@@ -83,7 +78,9 @@ async def test_a_partition_the_archive_lacks_resumes_at_its_log_start_after_a_on
         await restore.restore(archive, redis_client, topic, "global", lambda _: None)
     restored = await redis_client.hget(keys.checkpoint_key(topic), "1")
     assert restored is not None
-    assert position(int(restored), 9, 10) == Seek(10)
+    assert position(int(restored), 9, 0) == Seek(0)
+    halted = position(int(restored), 9, 10)
+    assert isinstance(halted, Halt) and halted.reason is HaltReason.RETENTION_LOST
 
 
 async def test_a_generation_at_2_53_still_moves_on_a_lowering(redis_client: Redis) -> None:
