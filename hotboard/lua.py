@@ -249,18 +249,16 @@ return commit(0, 0, n, expire_ms, 8, saturated)
 #: the one the worker read when it positioned the partition: a restore or rebuild swap bumps it, so a move decided
 #: before a swap is refused even where the swap left the checkpoint's value as it was (the window it covers may
 #: be missing from the swapped board). A halted partition's checkpoint (``<p>:halt`` present) never moves here:
-#: while it is halted only an operator writes it, and that write is what lifts the halt. Nor does one whose board
-#: is being swapped in on a Redis Cluster (``<p>:restoring``: a deadline, ms of Redis TIME, set by the lowering
-#: before the swap and cleared by the one after it, see archive.staging): a mark past its deadline is a crashed
-#: restore's, deleted here and ignored. TIME is asked only where a mark is held.
+#: while it is halted only an operator writes it, and that write is what lifts the halt. Nor one being swapped in
+#: on a Redis Cluster (``<p>:restoring``: a deadline in ms of Redis TIME, see archive.staging); a mark past its
+#: deadline is a crashed restore's, deleted here and ignored. TIME is asked only where a mark is held.
 CHECKPOINT = """
 local ckpt_key = KEYS[1]
 local out = {}
 local now_ms
 for i = 1, #ARGV, 4 do
-  local partition, expected, new, gen = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local held = redis.call('HMGET', ckpt_key, partition, partition .. ':gen', partition .. ':halt',
-    partition .. ':restoring')
+  local p, expected, new, gen = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local held = redis.call('HMGET', ckpt_key, p, p .. ':gen', p .. ':halt', p .. ':restoring')
   local cur = held[1] or '-1'
   local restoring = false
   if held[4] then
@@ -269,10 +267,10 @@ for i = 1, #ARGV, 4 do
       now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
     restoring = tonumber(held[4]) > now_ms
-    if not restoring then redis.call('HDEL', ckpt_key, partition .. ':restoring') end
+    if not restoring then redis.call('HDEL', ckpt_key, p .. ':restoring') end
   end
   if cur == expected and (held[2] or '0') == gen and not held[3] and not restoring then
-    redis.call('HSET', ckpt_key, partition, new)
+    redis.call('HSET', ckpt_key, p, new)
     out[#out + 1] = {1, cur}
   else
     out[#out + 1] = {0, cur}
