@@ -141,22 +141,19 @@ async def _swap_board(
 ) -> None:
     """Stage ``name`` beside its live keys and swap it in as a restore does (:mod:`archive.staging`)."""
     live = staging.live_keys(name)
-    twin = staging.staging_keys(live)
-    await redis.delete(*twin)
+    twin = staging.staging_keys(live, staging.run_token())
     applied = await redis.hgetall(live[1])
     deleted = int(applied.get(keys.APPLIED_DELETED_VERSION.encode(), 0))  # a version goes on from a deletion's
     logical, period = split_period_board(name)
     root = definition.seasonal and period is None
-    if marks and not root:
-        await redis.hset(twin[1], mapping=dict(marks))  # type: ignore[arg-type]
     await staging.stage_players(redis, twin, definition, [(p, s, t, m) for p, (s, t, m) in players.items()])
-    await redis.hset(twin[2], mapping={keys.META_PERIODS: 1} if root else {keys.META_AS_OF: now_ms})
+    if not root:
+        await staging.stage_hash(redis, twin, 1, dict(marks))
+    await staging.stage_hash(redis, twin, 2, {keys.META_PERIODS: 1} if root else {keys.META_AS_OF: now_ms})
     if period is not None:
-        await redis.hset(twin[3], mapping=staging.period_copy(definition))
+        await staging.stage_hash(redis, twin, 3, staging.period_copy(definition))
     else:
-        declared: dict[Any, Any] = await redis.hgetall(live[3])  # as declared, its creation time too
-        if declared:
-            await redis.hset(twin[3], mapping=declared)
+        await staging.stage_hash(redis, twin, 3, await redis.hgetall(live[3]))  # as declared, its creation time
     expires = target.expire_at_ms if target is not None else 0
     await staging.swap(redis, topic, live, twin, [-1 if root else deleted, expires], lowered)
     if period is None:

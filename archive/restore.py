@@ -87,7 +87,7 @@ async def lower_checkpoints(archive: Archive, redis: Client, topic: str) -> int:
 async def restore_board(archive: Archive, redis: Client, topic: str, board: str, now_ms: int) -> Restored | None:
     """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired."""
     live = staging.live_keys(board)
-    twin = staging.staging_keys(live)
+    twin = staging.staging_keys(live, staging.run_token())
     async with archive.connection() as conn:
         row = await conn.fetchrow(
             "SELECT spec, expires_at_ms, version, as_of_ms FROM hb_boards WHERE board = $1", board
@@ -102,23 +102,18 @@ async def restore_board(archive: Archive, redis: Client, topic: str, board: str,
             return None
         definition = from_spec(row["spec"])
         logical, period = split_period_board(board)
-        await redis.delete(*twin)
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             lowered = await _checkpoint_args(conn, redis, topic)  # the snapshot's: every event up to them is in it
             marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
-            if marks:
-                await redis.hset(twin[1], mapping={r["field"]: r["last_offset"] for r in marks})
             players = await _copy_players(conn, redis, board, twin, definition)
+    # after the players: the few hashes are written (and the staging TTL renewed) right before the swap
+    await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
     root = definition.seasonal and period is None
-    if root:
-        await redis.hset(twin[2], keys.META_PERIODS, 1)
-    else:
-        await redis.hset(twin[2], keys.META_AS_OF, row["as_of_ms"])
+    await staging.stage_hash(redis, twin, 2, {keys.META_PERIODS: 1} if root else {keys.META_AS_OF: row["as_of_ms"]})
     if period is not None:
-        await redis.hset(twin[3], mapping=staging.period_copy(definition))
+        await staging.stage_hash(redis, twin, 3, staging.period_copy(definition))
     elif definition != DEFAULT:
-        declared: dict[Any, Any] = to_hash(definition, now_ms)
-        await redis.hset(twin[3], mapping=declared)
+        await staging.stage_hash(redis, twin, 3, to_hash(definition, now_ms))
     await staging.swap(redis, topic, live, twin, [-1 if root else row["version"], row["expires_at_ms"]], lowered)
     if period is None:
         await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
@@ -127,11 +122,10 @@ async def restore_board(archive: Archive, redis: Client, topic: str, board: str,
 
 async def _restore_deleted(conn: Any, redis: Client, topic: str, board: str, live: list[str], twin: list[str]) -> None:
     """A deleted board: only its watermarks (and deleted version) come back, every other key of it goes."""
-    await redis.delete(*twin)
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         lowered = await _checkpoint_args(conn, redis, topic)
         marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
-    await redis.hset(twin[1], mapping={r["field"]: r["last_offset"] for r in marks})
+    await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
     await staging.swap(redis, topic, live, twin, [-1, 0], lowered)
 
 

@@ -1,15 +1,20 @@
 """A board staged beside its live keys and swapped in whole: what ``hotboard restore`` and ``hotboard rebuild``
 share.
 
-The staged keys (``hb:{B}:applied:restoring``, ...) carry the board's hash tag, so on a Redis Cluster they live
-on its slot; one script renames them over the live keys (and deletes the live keys with no staged counterpart),
-so a reader sees the old board or the new one, never half of either. The same script lowers the topic's
-checkpoints (and bumps each partition's restore generation), except on a cluster, where the checkpoint hash
-lives on a slot of its own (:func:`swap`).
+The staged keys (``hb:{B}:applied:restoring:<run>``, ...) carry the board's hash tag, so on a Redis Cluster they
+live on its slot; one script renames them over the live keys (and deletes the live keys with no staged
+counterpart), so a reader sees the old board or the new one, never half of either. ``<run>`` is a random token
+of each staging (:func:`run_token`): two restores or rebuilds of one board at once (every ``--on-redis-loss``
+worker restores every board after a FLUSHALL) each stage and swap in a whole snapshot of their own, one after
+the other, instead of one renaming the other's half-staged board in. Every write to a staging key also sets
+``STAGING_TTL_MS`` on the board's staging keys, in the same round trip, so a run that dies leaves none behind.
+The same script lowers the topic's checkpoints (and bumps each partition's restore generation), except on a
+cluster, where the checkpoint hash lives on a slot of its own (:func:`swap`).
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -73,11 +78,15 @@ end
 #: lowering came too late: the watermarks skipped them). KEYS: the 8 live keys, their 8 restored twins, the
 #: checkpoint hash (left out on a Redis Cluster, where it lives on another slot: see :func:`swap`). ARGV: the
 #: archived version (-1: a seasonal board's own meta, which holds no version), when the keys expire (ms; 0:
-#: never), then (partition, checkpoint, epoch) triples as for _LOWER (none without the checkpoint hash).
+#: never), then (partition, checkpoint, epoch) triples as for _LOWER (none without the checkpoint hash). Every
+#: staging writes the applied or the meta twin: with neither, the staged board expired (``STAGING_TTL_MS``, a
+#: run stalled that long), and the swap refuses rather than delete the live board. A renamed key keeps its
+#: staging TTL (RENAME moves it along), so it is set to the board's expiry or removed (PERSIST).
 _SWAP = Script(
     _LOWERING
     + f"""
 local archived, expire_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+if redis.call('EXISTS', KEYS[10], KEYS[11]) == 0 then return redis.error_reply('staged board expired') end
 lower(KEYS[17], 3, 0)
 if archived >= 0 then
   local live = tonumber(redis.call('HGET', KEYS[3], '{keys.META_VERSION}') or '0')
@@ -86,7 +95,7 @@ end
 for i = 1, 8 do
   if redis.call('EXISTS', KEYS[i + 8]) == 1 then
     redis.call('RENAME', KEYS[i + 8], KEYS[i])
-    if expire_ms > 0 then redis.call('PEXPIREAT', KEYS[i], expire_ms) end
+    if expire_ms > 0 then redis.call('PEXPIREAT', KEYS[i], expire_ms) else redis.call('PERSIST', KEYS[i]) end
   else
     redis.call('DEL', KEYS[i])
   end
@@ -107,6 +116,10 @@ return 1
 #: round trips; a million-member board's RENAME frees its old members in about a second), so only a restore that
 #: died between its two lowerings leaves one behind, and its partitions' checkpoints move again once it passed.
 RESTORING_BOUND_MS = 600_000
+#: How long a staging key lives past the last write of its run (ms): a staged board is written in seconds (a
+#: million players in about 10 s) and swapped right after, so only a run that died or stalled for an hour loses
+#: it; its keys then go by themselves instead of staying in Redis forever.
+STAGING_TTL_MS = 3_600_000
 #: Rows written per round trip (see :func:`stage_players`).
 CHUNK = 10_000
 #: The fields a period's definition copy holds (what the flush script seeds, see hotboard.lua).
@@ -118,9 +131,20 @@ def live_keys(board: str) -> list[str]:
     return [kind(board) for kind in _KINDS]
 
 
-def staging_keys(live: Sequence[str]) -> list[str]:
-    """The twins of ``live`` a board is staged in: each on its live key's slot (the same hash tag)."""
-    return [f"{k}:restoring" for k in live]
+def run_token() -> str:
+    """A fresh token naming one staging of a board: runs at once never share a staging key."""
+    return secrets.token_hex(4)
+
+
+def staging_keys(live: Sequence[str], run: str) -> list[str]:
+    """The twins of ``live`` the staging ``run`` writes: each on its live key's slot (the same hash tag)."""
+    return [f"{k}:restoring:{run}" for k in live]
+
+
+async def stage_hash(redis: Client, twin: Sequence[str], index: int, mapping: dict[Any, Any]) -> None:
+    """HSET ``mapping`` into the staging key ``twin[index]``, renewing the staging TTL in the same round trip."""
+    if mapping:
+        await _written(redis, twin, [_pack(("HSET", twin[index], *(x for kv in mapping.items() for x in kv)))])
 
 
 def period_copy(definition: BoardDef) -> dict[Any, Any]:
@@ -191,6 +215,13 @@ async def _write_chunk(redis: Client, twin: Sequence[str], definition: BoardDef,
         for score, n in counts.items():
             commands.append(_pack(("HINCRBY", twin[7], score, n)))
             commands.append(_pack(("ZADD", twin[6], score, score)))
+    await _written(redis, twin, commands)
+
+
+async def _written(redis: Client, twin: Sequence[str], commands: list[bytes]) -> None:
+    """``commands`` and a PEXPIRE of every staging key (one on a key not written yet does nothing), streamed in one
+    round trip: each write keeps the whole staged board alive ``STAGING_TTL_MS`` longer."""
+    commands += [_pack(("PEXPIRE", k, STAGING_TTL_MS)) for k in twin]
     replies = await _stream(redis, twin[0], commands)
     failed = next((r for r in replies if isinstance(r, Exception)), None)
     if failed is not None:

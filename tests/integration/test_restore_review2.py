@@ -4,6 +4,7 @@ archive has no checkpoint for: the faults found, each pinned by a test."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import asyncpg
 import pytest
@@ -39,11 +40,6 @@ async def _archive_one_board(postgres_url: str, topic: str) -> str:
     return field
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two restores at once share the staging keys (hb:{B}:...:restoring): one's swap renames the other's "
-    "half-staged board in, and the other's swap then finds its twins gone and deletes the live keys (review2)",
-)
 async def test_two_restores_at_once_leave_the_board_whole(redis_client: Redis, postgres_url: str) -> None:
     """After a FLUSHALL every worker with ``--on-redis-loss`` halts its own partitions ``redis_lost`` and runs its
     own restore of every board (archive.redis_loss), so restores of one board run side by side. Whatever their
@@ -58,6 +54,7 @@ async def test_two_restores_at_once_leave_the_board_whole(redis_client: Redis, p
     players = await redis_client.zcard(keys.board_key("global"))
     mark = await redis_client.hget(keys.applied_key("global"), field)
     assert (players, mark) == (PLAYERS, b"9")
+    assert not [k async for k in redis_client.scan_iter(match="*:restoring:*")], "a staging key was left behind"
 
 
 async def test_a_partition_the_archive_lacks_replays_from_its_start_or_halts_where_retention_cut_it(
@@ -112,5 +109,35 @@ async def test_a_marking_lowering_whose_reply_is_lost_leaves_no_restoring_mark(
     monkeypatch.setattr(staging, "_LOWER", reply_lost)
     live = staging.live_keys("global")
     with pytest.raises(ConnectionError):
-        await staging.swap(redis_client, "scores", live, staging.staging_keys(live), [-1, 0], ["0", 10, 0])
+        await staging.swap(
+            redis_client, "scores", live, staging.staging_keys(live, staging.run_token()), [-1, 0], ["0", 10, 0]
+        )
     assert await redis_client.hget(keys.checkpoint_key("scores"), keys.restoring_field(0)) is None
+
+
+async def test_a_restored_board_keeps_no_staging_ttl_and_a_period_board_keeps_its_expiry(
+    redis_client: Redis, postgres_url: str
+) -> None:
+    """Staging keys expire (a run that dies leaves none behind) and RENAME moves a key's TTL along: the swap must
+    leave a board that never expires without one, and give a period board its own expiry."""
+    topic = "scores"
+    await _archive_one_board(postgres_url, topic)
+    expires_at_ms = int(time.time() * 1000) + 86_400_000
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await conn.execute(
+            "INSERT INTO hb_boards (board, spec, version, expires_at_ms) VALUES ('weekly', $1, 1, $2)",
+            DEFAULT.spec,
+            expires_at_ms,
+        )
+        await conn.execute("INSERT INTO hb_scores VALUES ('weekly', 'p', 5, NULL, '{}')")
+    finally:
+        await conn.close()
+    async with Archive(postgres_url) as archive:
+        await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    for key in staging.live_keys("global"):
+        if await redis_client.exists(key):
+            assert await redis_client.ttl(key) == -1, key
+    assert await redis_client.ttl(keys.board_key("global")) == -1
+    for key in (keys.board_key("weekly"), keys.player_meta_key("weekly"), keys.meta_key("weekly")):
+        assert await redis_client.pexpiretime(key) == expires_at_ms, key
