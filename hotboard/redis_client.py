@@ -20,6 +20,19 @@ from redis.cluster import LoadBalancingStrategy
 #: A client of either kind: both answer the commands hotboard sends through ``execute_command`` and pipelines.
 Client = Redis | RedisCluster
 
+#: Read-only script calls, whose keys follow their numkeys like EVAL's and EVALSHA's.
+_RO_SCRIPTS = frozenset({"EVAL_RO", "EVALSHA_RO", "eval_ro", "evalsha_ro"})
+
+
+class _Cluster(RedisCluster):
+    """redis-py's cluster client, finding the slot of EVALSHA_RO and EVAL_RO (the read scripts,
+    :mod:`hotboard.script`) from their numkeys as it does for EVALSHA: redis-py 8.1 special-cases only EVAL and
+    EVALSHA, and asks a node ``COMMAND GETKEYS`` before every other call of a movable-keys command (a round trip
+    more per read, all to one node). Single commands and pipelines both route through ``_determine_slot``."""
+
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        return await super()._determine_slot("EVALSHA" if command in _RO_SCRIPTS else command, *args)
+
 
 def split_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
     """(the URL with only its first seed, every seed as (host, port)). Raises ValueError on a bad list."""
@@ -52,7 +65,7 @@ def connect(url: str, *, cluster: bool, read_from_replicas: bool = False, **opti
     options.pop("redis_connect_func", None)
     if read_from_replicas:
         options["load_balancing_strategy"] = LoadBalancingStrategy.ROUND_ROBIN_REPLICAS
-    return RedisCluster.from_url(
+    return _Cluster.from_url(
         first,
         startup_nodes=[ClusterNode(host, port) for host, port in seeds],
         retry=Retry(NoBackoff(), 1),

@@ -4,6 +4,12 @@ Redis forgets its scripts when it restarts (and on SCRIPT FLUSH). A NOSCRIPT rep
 the script and sending exactly the calls that got it once more is safe, for one call (:meth:`Script.__call__`)
 as for many whose replies come back together (:func:`rerun_unknown`: a pipeline, or the flusher's streamed
 wire, ``flusher.wire.scripts``). The text goes over the wire only then, never with every call.
+
+A script whose first line declares ``#!lua flags=no-writes`` (the read API's) is sent as EVALSHA_RO: a read
+command, which a Redis Cluster client reading from replicas sends to a replica (EVALSHA always goes to the
+master). A replica holds no script SCRIPT LOAD gave its master (Redis 7 replicates neither SCRIPT LOAD nor the
+script cache), so such a script's NOSCRIPT is answered by EVAL_RO with its text, on whichever node redis-py
+picks: that runs the call and caches the script there.
 """
 
 from __future__ import annotations
@@ -23,20 +29,38 @@ def digest(script: str) -> str:
     return sha1(script.encode()).hexdigest()
 
 
-class Script:
-    """A script called by its SHA1 (EVALSHA). EVALSHA goes straight through ``execute_command``: redis-py's
-    Script object adds a deprecation wrapper and an import per call, a fifth of the read API's CPU per request
-    in a py-spy profile."""
+def no_writes(script: str) -> bool:
+    """Whether ``script`` declares the ``no-writes`` flag on its ``#!lua`` first line (Redis 7 script flags)."""
+    first = script.partition("\n")[0]
+    if not first.startswith("#!lua"):
+        return False
+    flags = next((w.removeprefix("flags=") for w in first.split()[1:] if w.startswith("flags=")), "")
+    return "no-writes" in flags.split(",")
 
-    __slots__ = ("sha", "text")
+
+class Script:
+    """A script called by its SHA1 (EVALSHA, or EVALSHA_RO when it declares ``no-writes``: :attr:`read_only`).
+    The call goes straight through ``execute_command``: redis-py's Script object adds a deprecation wrapper and
+    an import per call, a fifth of the read API's CPU per request in a py-spy profile."""
+
+    __slots__ = ("read_only", "sha", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.sha = digest(text)
+        self.read_only = no_writes(text)
 
     def command(self, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """The EVALSHA command, to send with others (see :func:`rerun_unknown`)."""
-        return ["EVALSHA", self.sha, len(keys), *keys, *args]
+        """The EVALSHA (EVALSHA_RO) command, to send with others (see :func:`rerun_unknown`)."""
+        return ["EVALSHA_RO" if self.read_only else "EVALSHA", self.sha, len(keys), *keys, *args]
+
+    def again(self, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        """The command to send once more after NOSCRIPT (and :meth:`load`): a read-only script's EVAL_RO with its
+        text, which runs and caches it on the node that answers (a replica never got the load), else
+        :meth:`command`."""
+        if self.read_only:
+            return ["EVAL_RO", self.text, len(keys), *keys, *args]
+        return self.command(keys, args)
 
     def packed(self, keys: Sequence[str], args: Sequence[Any]) -> bytes:
         """The command packed by hiredis (in C: a flush call carries thousands of arguments)."""
@@ -48,10 +72,11 @@ class Script:
     async def __call__(self, redis: Client, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """One call; its error, if any, raised."""
         try:
-            return await redis.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await redis.execute_command(*self.command(keys, args))
         except NoScriptError:
-            await self.load(redis)
-            return await redis.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            if not self.read_only:
+                await self.load(redis)
+            return await redis.execute_command(*self.again(keys, args))
 
 
 async def rerun_unknown(
@@ -62,7 +87,9 @@ async def rerun_unknown(
 ) -> list[Any]:
     """``replies`` of calls sent together (each a reply or an error instance, in order), with every NOSCRIPT one
     replaced by its call's second answer: ``scripts`` (those the calls use; the reply does not say which one
-    Redis missed) are loaded and ``resend(indices)`` sends exactly those calls once more, answering in order."""
+    Redis missed) are loaded and ``resend(indices)`` sends exactly those calls once more, answering in order
+    (each as :meth:`Script.again`: a read-only script's resent EVALSHA_RO would meet NOSCRIPT again on a
+    replica)."""
     again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if again:
         for script in scripts:

@@ -89,16 +89,17 @@ class RedisReads:
         return int(data) if data.isdigit() else data
 
     async def replies(self, calls: Sequence[Call]) -> list[Any]:
-        async def send(indices: Sequence[int]) -> list[Any]:
+        async def send(indices: Sequence[int], again: bool = False) -> list[Any]:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for i in indices:
                     call = calls[i]
-                    pipe.execute_command(*call.script.command(call.keys, call.args))
+                    pipe.execute_command(*(call.script.again if again else call.script.command)(call.keys, call.args))
                 replies: list[Any] = await pipe.execute(raise_on_error=False)
             return replies
 
         scripts = {call.script for call in calls}
-        return await rerun_unknown(self._redis, scripts, await send(range(len(calls))), send)
+        first = await send(range(len(calls)))
+        return await rerun_unknown(self._redis, scripts, first, lambda indices: send(indices, again=True))
 
 
 class Subscription:
