@@ -201,11 +201,15 @@ def _met(_: float) -> None:
     """A flush met the slot split over two masters."""
 
 
-async def _api_matches(seed: str, expected: Totals) -> None:
+API_BOARDS = (("c-0", "shared"), ("c-dense", "dense"), ("c-best", "shared"))
+
+
+async def _api_matches(seed: str, expected: Totals, boards: Sequence[tuple[str, str]] = API_BOARDS) -> None:
+    """The read API's top of each (board, ties), from masters and from replicas, is the reference ranking."""
     for read_from in ("master", "replica"):
         settings = ApiSettings(redis=seed, redis_cluster=True, api_read_from=read_from)
         async with asgi_client(create_app(settings)) as client:
-            for board, ties in (("c-0", "shared"), ("c-dense", "dense"), ("c-best", "shared")):
+            for board, ties in boards:
                 want = reference_ranking(expected[board], ties=ties)
                 got: list[tuple[int, str, int]] = []
                 for _ in range(100):  # a replica may trail its master by a moment
