@@ -122,12 +122,8 @@ async def test_retrying_an_unreadable_batch_after_fixing_the_image_counts_it_onc
             try:
                 await wait_while_running(lambda: 0 in worker.halted, task, "the recorded halt held after the restart")
                 await asyncio.to_thread(produce, kafka, topic, after, "none", 0)
-                done = subprocess.run(
-                    ["redis-cli", "-p", str(redis_server.port), "HDEL", ckpt_key, halt],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
+                hdel = ["redis-cli", "-p", str(redis_server.port), "HDEL", ckpt_key, halt]  # what the runbook says
+                done = await asyncio.to_thread(subprocess.run, hdel, capture_output=True, text=True, check=True)
                 assert done.stdout.strip() == "1"
                 await wait_while_running(lambda: worker.ready, task, "the partition resumed")
                 expected = totals_of(before + batch + after + other)
