@@ -3,7 +3,8 @@ positions and watermarks were read from.
 
 Eviction: period boards are the only keys with a TTL, so a ``volatile-*`` policy (the default of some managed
 services) would evict a board's ``:applied`` hash, the board, or its ``:counts`` one at a time: double counts,
-losses, wrong dense ranks. The worker refuses to start unless Redis says ``noeviction``.
+losses, wrong dense ranks. The worker refuses to start unless Redis says ``noeviction`` (in a cluster, every
+primary says it).
 
 Identity: redis-py reconnects on its own (its retry, its pool's checks), so a restart that lost the last writes
 can pass with no error reaching the worker. Every new connection therefore reads the server's ``run_id``; one
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis.asyncio import RedisCluster
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import RedisError, ResponseError
 
@@ -31,17 +34,18 @@ class ServerRestarted(RedisError):
     redis-py would retry it, and every retry meets the same server."""
 
 
-async def eviction_policy(redis: Client) -> str | None:
-    """Redis's ``maxmemory-policy``: from ``INFO memory`` (readable where CONFIG is disabled, as on managed
-    services), else from ``CONFIG GET``; None when neither answers."""
+async def eviction_policy(redis: Client, node: ClusterNode | None = None) -> str | None:
+    """Redis's ``maxmemory-policy`` (of cluster ``node`` when given): from ``INFO memory`` (readable where
+    CONFIG is disabled, as on managed services), else from ``CONFIG GET``; None when neither answers."""
+    target: dict[str, Any] = {} if node is None else {"target_nodes": node}
     try:
-        policy = (await redis.info("memory")).get("maxmemory_policy")
+        policy = (await redis.info("memory", **target)).get("maxmemory_policy")
     except ResponseError:
         policy = None
     if policy:
         return _text(policy)
     try:
-        reply = await redis.config_get("maxmemory-policy")
+        reply = await redis.config_get("maxmemory-policy", **target)
     except ResponseError:
         return None
     found = [v for k, v in reply.items() if _text(k) == "maxmemory-policy"]  # str or bytes keys
@@ -49,18 +53,27 @@ async def eviction_policy(redis: Client) -> str | None:
 
 
 async def require_noeviction(redis: Client) -> None:
-    """Raises :class:`EvictionPolicyError` (one line) unless Redis says ``noeviction``. Raises what Redis
+    """Raises :class:`EvictionPolicyError` (one line) unless Redis says ``noeviction``: in a cluster, every
+    primary (each holds its own slots' boards), the refusal naming the first that does not. Raises what Redis
     raises when it cannot be reached (the caller retries)."""
-    policy = await eviction_policy(redis)
+    if not isinstance(redis, RedisCluster):
+        _check(await eviction_policy(redis), "")
+        return
+    await redis.initialize()  # the node map, from the seeds (a no-op once read)
+    for node in redis.get_primaries():
+        _check(await eviction_policy(redis, node), f" on primary {node.name}")
+
+
+def _check(policy: str | None, where: str) -> None:
     if policy is None:
         raise EvictionPolicyError(
-            "cannot read Redis maxmemory-policy (neither INFO memory nor CONFIG GET answers it); hotboard "
+            f"cannot read Redis maxmemory-policy{where} (neither INFO memory nor CONFIG GET answers it); hotboard "
             f"needs maxmemory-policy {REQUIRED_POLICY}: an evicted key is a lost or double-counted total"
         )
     if policy != REQUIRED_POLICY:
         raise EvictionPolicyError(
-            f"Redis maxmemory-policy is {policy}; hotboard needs {REQUIRED_POLICY} (an evicted key is a lost or "
-            f"double-counted total): set maxmemory-policy {REQUIRED_POLICY}"
+            f"Redis maxmemory-policy is {policy}{where}; hotboard needs {REQUIRED_POLICY} (an evicted key is a lost "
+            f"or double-counted total): set maxmemory-policy {REQUIRED_POLICY}"
         )
 
 

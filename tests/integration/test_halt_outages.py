@@ -5,9 +5,11 @@ remedies then come out exact."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Callable
 
+import aiokafka.codec
 import orjson
 import pytest
 import redis
@@ -18,7 +20,15 @@ from hotboard.codec import Event
 from ingest.partitions import HaltReason
 from ingest.worker import Worker
 from tests.integration.faults import Raw, TcpProxy, send_raw
-from tests.integration.harness import produce, read_boards, totals_of, wait_while_running, worker_settings
+from tests.integration.harness import (
+    produce,
+    read_boards,
+    sample,
+    totals_of,
+    wait_exact,
+    wait_while_running,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -71,3 +81,59 @@ async def test_records_before_an_undecodable_batch_survive_a_redis_outage_past_t
                 worker.stop()
                 await asyncio.wait_for(task, 30)
                 admin.close()
+
+
+async def test_retrying_an_unreadable_batch_after_fixing_the_image_counts_it_once(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/runbooks.md, HotboardRedisDataLoss, reason ``unreadable``, as an operator runs it: a worker whose
+    image lacks the snappy library halts partition 0 at a snappy batch (partition 1 flows on); the image is
+    fixed and the worker restarted, which keeps the partition halted; ``redis-cli HDEL hb:ckpt:{T} 0:halt``
+    retries the batch. Every board then equals the totals of everything produced, the batch's events once."""
+    topic = topic_factory(2)
+    boards = ["global", "b-1", "b-2"]
+
+    def events(tag: str, count: int) -> list[Event]:
+        return [Event(boards[i % 3], f"{tag}{i % 17}", 1 + i % 7, None) for i in range(count)]
+
+    before, batch, after, other = events("r", 10), events("s", 200), events("t", 30), events("q", 300)
+    await asyncio.to_thread(produce, kafka, topic, before, "none", 0)
+    await asyncio.to_thread(produce, kafka, topic, batch, "snappy", 0)  # librdkafka has its own snappy
+    await asyncio.to_thread(produce, kafka, topic, other, "none", 1)
+    ckpt_key, halt = keys.checkpoint_key(topic), keys.halt_field(0)
+    admin = redis.Redis(port=redis_server.port)
+    settings = worker_settings(kafka, redis_server.url, topic, f"g-{topic}", halt_recheck_s=0.5)
+    try:
+        monkeypatch.setattr(aiokafka.codec, "cramjam", None)  # the broken image: no codec library
+        async with Worker(settings, handle_signals=False) as worker:
+            task = asyncio.create_task(worker.run())
+            try:
+                await wait_while_running(lambda: admin.hget(ckpt_key, halt) is not None, task, "the halt recorded")
+                assert worker.halted[0].reason is HaltReason.UNREADABLE and "offset 10 " in worker.halted[0].detail
+                # at the checkpoint Redis held then: -1 (none) if the ten before it were not flushed yet
+                assert admin.hget(ckpt_key, halt) in (b"unreadable -1", b"unreadable 9") and not worker.ready
+                assert sample(worker, "hotboard_redis_data_loss") == 1
+            finally:
+                worker.stop()
+                await asyncio.wait_for(task, 30)
+        monkeypatch.undo()  # the image fixed: the codec library is back
+        async with Worker(settings, handle_signals=False) as worker:
+            task = asyncio.create_task(worker.run())
+            try:
+                await wait_while_running(lambda: 0 in worker.halted, task, "the recorded halt held after the restart")
+                await asyncio.to_thread(produce, kafka, topic, after, "none", 0)
+                hdel = ["redis-cli", "-p", str(redis_server.port), "HDEL", ckpt_key, halt]  # what the runbook says
+                done = await asyncio.to_thread(subprocess.run, hdel, capture_output=True, text=True, check=True)
+                assert done.stdout.strip() == "1"
+                await wait_while_running(lambda: worker.ready, task, "the partition resumed")
+                expected = totals_of(before + batch + after + other)
+                await asyncio.to_thread(wait_exact, redis_server.url, expected, 60.0)
+                assert not worker.halted and sample(worker, "hotboard_redis_data_loss") == 0
+                assert admin.hget(ckpt_key, halt) is None
+                last = str(len(before + batch + after) - 1).encode()
+                await wait_while_running(lambda: admin.hget(ckpt_key, "0") == last, task, "the checkpoint past it all")
+            finally:
+                worker.stop()
+                await asyncio.wait_for(task, 30)
+    finally:
+        admin.close()

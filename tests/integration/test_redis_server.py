@@ -16,6 +16,7 @@ import redis
 from cli.devstack import RedisServer
 from cli.process import free_port
 from ingest.worker import Worker
+from tests.cluster import TestCluster
 from tests.integration.faults import Raw, send_raw
 from tests.integration.harness import (
     WorkerProcess,
@@ -48,6 +49,18 @@ def _events(board: str, count: int, delta: int) -> list[Raw]:
 # ---------------------------------------------------------------- eviction policy
 
 
+def _refused_start(kafka: str, redis_url: str, topic: str, tmp_path: Path, **env: str) -> str:
+    """``hotboard worker`` run to its end: it must exit 2 (refused at start); returns its last stderr line."""
+    w = WorkerProcess(
+        kafka=kafka, redis_url=redis_url, topic=topic, group=f"g-{topic}", log_dir=tmp_path, name="w", extra_env=env
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "cli.main", "worker"], env=w.env, capture_output=True, timeout=60, check=False
+    )
+    assert run.returncode == 2, run.stderr.decode()[-2000:]
+    return run.stderr.decode().strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize("policy", ["volatile-lru", "allkeys-lru", "volatile-ttl"])
 @pytest.mark.parametrize("config", ["CONFIG allowed", "CONFIG disabled"])
 def test_a_worker_refuses_a_redis_that_may_evict_keys(
@@ -58,15 +71,7 @@ def test_a_worker_refuses_a_redis_that_may_evict_keys(
     disabled = ("--rename-command", "CONFIG", "") if config == "CONFIG disabled" else ()
     server = _server(tmp_path, "--maxmemory-policy", policy, *disabled)
     try:
-        topic = topic_factory(1)
-        w = WorkerProcess(
-            kafka=kafka, redis_url=server.url, topic=topic, group=f"g-{topic}", log_dir=tmp_path, name="w"
-        )
-        run = subprocess.run(
-            [sys.executable, "-m", "cli.main", "worker"], env=w.env, capture_output=True, timeout=60, check=False
-        )
-        assert run.returncode == 2, run.stderr.decode()[-2000:]
-        last = run.stderr.decode().strip().splitlines()[-1]
+        last = _refused_start(kafka, server.url, topic_factory(1), tmp_path)
         assert "maxmemory-policy" in last and policy in last, last
         assert redis.Redis.from_url(server.url).dbsize() == 0
     finally:
@@ -82,6 +87,26 @@ def test_a_worker_runs_on_noeviction_with_config_disabled(
         worker.wait_ready()
     finally:
         server.stop()
+
+
+def test_a_worker_refuses_a_cluster_any_of_whose_primaries_may_evict(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path, redis_cluster: TestCluster
+) -> None:
+    """``--redis-cluster``: each primary in turn set to ``allkeys-lru`` (the others on noeviction), whichever
+    node redis-py picks as its default: the worker exits 2 at start naming that primary, and writes nothing."""
+    local = redis_cluster.faults()
+    topic = topic_factory(1)
+    for master in local.masters():
+        with local.client(master.port) as node:
+            node.config_set("maxmemory-policy", "allkeys-lru")
+            try:
+                last = _refused_start(kafka, redis_cluster.seed, topic, tmp_path, HOTBOARD_REDIS_CLUSTER="true")
+            finally:
+                node.config_set("maxmemory-policy", "noeviction")
+        assert "allkeys-lru" in last and f"127.0.0.1:{master.port}" in last, last
+        for m in local.masters():
+            with local.client(m.port) as c:
+                assert c.dbsize() == 0, m
 
 
 # ---------------------------------------------------------------- identity
