@@ -54,14 +54,15 @@ async def eviction_policy(redis: Client, node: ClusterNode | None = None) -> str
 
 async def require_noeviction(redis: Client) -> None:
     """Raises :class:`EvictionPolicyError` (one line) unless Redis says ``noeviction``: in a cluster, every
-    primary (each holds its own slots' boards), the refusal naming the first that does not. Raises what Redis
-    raises when it cannot be reached (the caller retries)."""
+    node, replicas too (each primary holds its own slots' boards, and a replica is a primary after a
+    failover), the refusal naming the first that does not. Raises what Redis raises when it cannot be reached
+    (the caller retries)."""
     if not isinstance(redis, RedisCluster):
         _check(await eviction_policy(redis), "")
         return
     await redis.initialize()  # the node map, from the seeds (a no-op once read)
-    for node in redis.get_primaries():
-        _check(await eviction_policy(redis, node), f" on primary {node.name}")
+    for node in redis.get_nodes():
+        _check(await eviction_policy(redis, node), f" on {node.server_type or 'node'} {node.name}")
 
 
 def _check(policy: str | None, where: str) -> None:

@@ -1,5 +1,6 @@
-"""The eviction-policy refusal reads every primary of a Redis Cluster, not only redis-py's default node: one
-primary that may evict is enough to lose or double-count totals, and the refusal names it."""
+"""The eviction-policy refusal reads every node of a Redis Cluster, not only redis-py's default node: one
+primary that may evict (or a replica, a primary after a failover) is enough to lose or double-count totals, and
+the refusal names it."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ class FakeCluster(RedisCluster):
     """Cluster-shaped: primaries with their own policy; a command without ``target_nodes`` goes to the first
     one (redis-py's default node). ``None``: INFO memory lacks the field and CONFIG is disabled."""
 
-    def __init__(self, policies: dict[int, str | None]) -> None:  # no super().__init__: no connections
-        self.nodes = {port: ClusterNode("127.0.0.1", port) for port in policies}
+    def __init__(self, policies: dict[int, str | None], replicas: tuple[int, ...] = ()) -> None:
+        # no super().__init__: no connections
+        self.nodes = {
+            port: ClusterNode("127.0.0.1", port, "replica" if port in replicas else "primary") for port in policies
+        }
         self.by_name = {node.name: policies[port] for port, node in self.nodes.items()}
         self.initialized = False
         self.asked: list[str] = []
@@ -27,8 +31,8 @@ class FakeCluster(RedisCluster):
         self.initialized = True
         return self
 
-    def get_primaries(self) -> list[ClusterNode]:
-        assert self.initialized, "the node map is read before the primaries"
+    def get_nodes(self) -> list[ClusterNode]:
+        assert self.initialized, "the node map is read before the nodes"
         return list(self.nodes.values())
 
     def _policy(self, target_nodes: ClusterNode | None) -> str | None:
@@ -64,4 +68,10 @@ async def test_a_cluster_whose_primaries_all_say_noeviction_is_accepted() -> Non
 async def test_a_primary_that_will_not_say_is_refused_by_name() -> None:
     cluster = FakeCluster({7000: "noeviction", 7001: None})
     with pytest.raises(EvictionPolicyError, match=r"cannot read .*127\.0\.0\.1:7001"):
+        await require_noeviction(cluster)
+
+
+async def test_a_replica_that_may_evict_is_refused_by_name() -> None:
+    cluster = FakeCluster({7000: "noeviction", 7003: "volatile-lru"}, replicas=(7003,))
+    with pytest.raises(EvictionPolicyError, match=r"volatile-lru on replica 127\.0\.0\.1:7003"):
         await require_noeviction(cluster)
