@@ -363,6 +363,30 @@ async def test_an_idempotent_retry_answers_as_the_first_and_produces_nothing_mor
     assert await count_records(kafka, topic, 8) == 8
 
 
+async def test_only_a_write_past_the_rate_limit_leaves_its_key_in_redis_with_the_ttl(
+    kafka: str, topic: str, redis_url: str, redis_client: Any
+) -> None:
+    """The keys a token leaves in Redis are bounded by its rate limit: a request refused (429, or any 4xx
+    before producing) gives its claim back, so each key that stays cost at least one event of the bucket, and
+    each one expires after the TTL (24 h)."""
+    settings = api(redis_url, kafka, topic, api_write_burst=1, api_write_rate=0.001)
+    async with asgi_client(create_app(settings)) as c:
+        sent = await c.post("/v1/events", json=[{"player": "a", "delta": 1}], headers={**AUTH, "Idempotency-Key": "a"})
+        assert sent.status_code == 200, sent.text
+        for key in ("b", "c"):
+            refused = await c.post(
+                "/v1/events", json=[{"player": key, "delta": 1}], headers={**AUTH, "Idempotency-Key": key}
+            )
+            assert refused.status_code == 429, refused.text
+        invalid = await c.post(
+            "/v1/boards/g/players/x/scores", json={"score": 1}, headers={**AUTH, "Idempotency-Key": "d"}
+        )
+        assert (invalid.status_code, invalid.json()["error"]) == (422, "missing_field")
+    kept = [k async for k in redis_client.scan_iter(match=f"{keys.PREFIX}:idem:*")]
+    assert len(kept) == 1
+    assert 86_400 - 60 <= await redis_client.ttl(kept[0]) <= 86_400
+
+
 async def test_a_broker_that_stops_answering_is_a_bounded_503(tmp_path: Path, redis_url: str) -> None:
     broker = KafkaBroker(free_port(), tmp_path)
     broker.start()
