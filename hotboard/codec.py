@@ -12,6 +12,7 @@ from typing import Final, NamedTuple
 
 import orjson
 
+from hotboard.boards import BoardDef, DefinitionError
 from hotboard.keys import DEFAULT_BOARD, MAX_EXACT, is_valid_board, is_valid_player
 from hotboard.records import Record
 
@@ -25,6 +26,8 @@ MAX_META_BYTES = 512
 #: meta in levels of its own, so a meta near that limit would make each page holding its player unencodable.
 MAX_META_DEPTH = 32
 OP_INCR = "incr"
+#: Longest detail of a dead letter quoting why its board's stored definition is unreadable.
+MAX_DETAIL_CHARS = 300
 #: operator -> the field carrying its amount.
 AMOUNT_FIELD = {"incr": "delta", "decr": "delta", "set": "score", "best": "score"}
 
@@ -261,6 +264,18 @@ def resolve(operator: str, delta: int | None, score: int | None) -> int:
     if operator == "decr" and amount < 0:
         raise InvalidEvent(Reason.BAD_VALUE, f"decr takes a delta >= 0, got {amount}")
     return amount
+
+
+def against(
+    definition: BoardDef | DefinitionError, op: str | None, delta: int | None, score: int | None
+) -> tuple[BoardDef, str, int]:
+    """A valid event checked against its board: the definition, the operator (the event's own ``op``, else the
+    board's) and the amount it applies; raises InvalidEvent (``bad_definition`` for a stored definition that
+    cannot be read, else as :func:`resolve`). The worker's fold and the write API judge an event by this one."""
+    if isinstance(definition, DefinitionError):
+        raise InvalidEvent(Reason.BAD_DEFINITION, str(definition)[:MAX_DETAIL_CHARS])
+    operator = op or definition.operator
+    return definition, operator, resolve(operator, delta, score)
 
 
 def _describe(value: object) -> str:

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from flusher.batch import PeriodTarget
 from hotboard import codec, earliest
 from hotboard.boards import BoardDef, DefinitionError
-from hotboard.codec import MAX_VALUE_BYTES, Decoded, Decoder, InvalidEvent, Reason, resolve
+from hotboard.codec import MAX_VALUE_BYTES, Decoded, Decoder, InvalidEvent, Reason, against
 from hotboard.earliest import Step
 from hotboard.keys import MAX_EXACT, PLAYER_MAX_CHARS
 from hotboard.operators import Folded as OpState
@@ -31,8 +31,6 @@ from hotboard.operators import summed
 from hotboard.records import Record
 from ingest.plain_event import decode_plain
 
-#: A stored definition that cannot be read is quoted in each dead letter, cut to this.
-MAX_DETAIL_CHARS = 300
 #: (the consumed record, why it is invalid). Kept in the window like a delta until its flush.
 DeadLetter = tuple[Record, InvalidEvent]
 
@@ -198,14 +196,9 @@ class PartitionFold:
                 # One definition per board for the whole fold: a cache reload mid-window must not split it
                 # (the flush script refuses the window if this one is stale).
                 found = self.defs.get(board) or (self.fast.get(board) if board in self.boards else None) or defs[board]
-                if isinstance(found, DefinitionError):
-                    dead.append((record, InvalidEvent(Reason.BAD_DEFINITION, str(found)[:MAX_DETAIL_CHARS])))
-                    continue
-                definition = found
-                operator = op or definition.operator
-                try:
-                    amount = resolve(operator, delta, score)
-                except InvalidEvent as exc:  # the board's own operator needs the other field
+                try:  # an unreadable definition; the board's own operator needs the other field
+                    definition, operator, amount = against(found, op, delta, score)
+                except InvalidEvent as exc:
                     dead.append((record, exc))
                     continue
                 if definition.summable and board not in fast:

@@ -13,7 +13,7 @@ board, and a board just declared seasonal is read as such within the TTL.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from hotboard import board_store, keys
@@ -155,12 +155,28 @@ class Definitions:
         hit = self._entries.get(board)
         if hit is not None:
             return hit
-        found = (await board_store.load_declared(self._redis, [board]))[board]
+        found = (await self.lookup([board]))[board]
         if isinstance(found, DefinitionError):
             raise ApiError(503, "corrupt_data", str(found))
-        definition = DEFAULT if found is None else found
-        self._entries.put(board, definition)
-        return definition
+        return found
+
+    async def lookup(self, boards: Iterable[str], fresh: bool = False) -> dict[str, BoardDef | DefinitionError]:
+        """board -> its definition (the default for an undeclared board, as the worker folds it) or why the
+        stored one cannot be read (not cached); the boards not cached (``fresh``: all) read in one round trip."""
+        out: dict[str, BoardDef | DefinitionError] = {}
+        missing: list[str] = []
+        for board in boards:
+            hit = None if fresh else self._entries.get(board)
+            if hit is None:
+                missing.append(board)
+            else:
+                out[board] = hit
+        for board, found in (await board_store.load_declared(self._redis, missing)).items():
+            definition = DEFAULT if found is None else found
+            if not isinstance(definition, DefinitionError):
+                self._entries.put(board, definition)
+            out[board] = definition
+        return out
 
 
 class KeptPeriods:

@@ -192,14 +192,20 @@ class Streams:
 
     async def subscribe(self, question: Question) -> tuple[Subscription, Answer]:
         """A new stream of ``question`` and the answer it starts with. Past the cap a 503; the first stream of a
-        question reads its answer here, so an unknown board or player is an error, not a stream."""
+        question reads its answer here, so an unknown board or player is an error, not a stream. The slot is
+        taken before that read (streams starting together cannot all pass the cap) and given back if it fails."""
         if self.open >= self.max_streams:
             self.metrics.refused.inc()
             raise ApiError(503, "too_many_streams", f"this process holds {self.max_streams} streams; retry later")
+        self.open += 1
         board = self._boards.get(question.board)
         channel = None if board is None else board.channels.get(question.key)
         if channel is None:
-            answer = await self._read_one(question)  # raises ApiError: no stream
+            try:
+                answer = await self._read_one(question)  # raises ApiError: no stream
+            except BaseException:
+                self.open -= 1
+                raise
             board = self._boards.get(question.board)  # another stream may have started it meanwhile
             if board is None:
                 board = self._boards[question.board] = _Board(question.board)
@@ -207,7 +213,6 @@ class Streams:
         assert board is not None
         subscription = Subscription()
         channel.subscribers.add(subscription)
-        self.open += 1
         self.metrics.open.set(self.open)
         if board.task is None or board.task.done():
             board.task = asyncio.create_task(self._watch(board))

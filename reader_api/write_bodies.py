@@ -1,15 +1,18 @@
-"""Write request bodies -> Kafka records, each item validated by the worker's own codec (:mod:`hotboard.codec`),
-so the API accepts exactly what a worker would fold and rejects, by index and codec reason, what it would
-dead-letter. Pure: no I/O, tested by tables."""
+"""Write request bodies -> Kafka records, each item validated by the worker's own codec (:mod:`hotboard.codec`)
+and then against its board's definition as the worker's fold checks it (:func:`hotboard.codec.against`), so the
+API accepts what a worker would fold and rejects, by index and codec reason, what it would dead-letter. Pure: no
+I/O (the caller reads the definitions), tested by tables."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from hotboard.codec import Decoder, InvalidEvent
+from hotboard.boards import BoardDef, DefinitionError
+from hotboard.codec import Decoder, Fields, InvalidEvent, against
 from reader_api.answers import Rejection
 from reader_api.errors import ApiError
 
@@ -25,8 +28,12 @@ class Parsed:
     #: (index in the body, Kafka key, Kafka value) of every valid event.
     records: list[tuple[int, bytes, bytes]] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
-    #: index -> (board, player) of the valid events (the single-score route waits on it).
-    targets: dict[int, tuple[str, str]] = field(default_factory=dict)
+    #: index -> the codec's fields of each valid event.
+    fields: dict[int, Fields] = field(default_factory=dict)
+
+    def boards(self) -> set[str]:
+        """The boards of the valid events: the definitions :func:`judge` needs."""
+        return {fields[0] for fields in self.fields.values()}
 
 
 def media_type(content_type: str | None) -> str:
@@ -72,10 +79,32 @@ def parse_events(body: bytes, content_type: str | None, decoder: Decoder) -> Par
         try:
             fields = decoder.fields(raw)
         except InvalidEvent as exc:
-            out.rejected.append({"index": index, "reason": exc.reason.value, "detail": exc.detail})
+            out.rejected.append(_rejection(index, exc))
             continue
         out.records.append((index, fields[1].encode(), raw))
-        out.targets[index] = (fields[0], fields[1])
+        out.fields[index] = fields
+    return out
+
+
+def _rejection(index: int, exc: InvalidEvent) -> Rejection:
+    return {"index": index, "reason": exc.reason.value, "detail": exc.detail}
+
+
+def judge(parsed: Parsed, definitions: Mapping[str, BoardDef | DefinitionError]) -> Parsed:
+    """``parsed`` less the events their board's definition (``definitions``: every board of
+    :meth:`Parsed.boards`) refuses, each rejected by index with the reason the worker's fold would dead-letter it
+    with: no amount for the board's operator, a negative decr, an unreadable definition."""
+    out = Parsed(rejected=list(parsed.rejected))
+    for index, key, value in parsed.records:
+        fields = parsed.fields[index]
+        try:
+            against(definitions[fields[0]], fields[2], fields[3], fields[4])
+        except InvalidEvent as exc:
+            out.rejected.append(_rejection(index, exc))
+            continue
+        out.records.append((index, key, value))
+        out.fields[index] = fields
+    out.rejected.sort(key=lambda r: r["index"])
     return out
 
 
@@ -100,6 +129,16 @@ def score_event(board: str, player: str, body: bytes, content_type: str | None, 
     except InvalidEvent as exc:
         raise ApiError(422, exc.reason.value, exc.detail) from None
     return value
+
+
+def judge_score(value: bytes, definition: BoardDef | DefinitionError) -> None:
+    """The event of :func:`score_event` against its board's ``definition``, as the worker's fold checks it: 422
+    with the reason it would be dead-lettered for."""
+    fields = Decoder().fields(value)  # valid: score_event checked it
+    try:
+        against(definition, fields[2], fields[3], fields[4])
+    except InvalidEvent as exc:
+        raise ApiError(422, exc.reason.value, exc.detail) from None
 
 
 #: The OpenAPI requestBody of each write (the event contract itself: docs/events.md).

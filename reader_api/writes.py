@@ -6,7 +6,8 @@ produces the valid ones and answers which were rejected and a consistency token.
 score and rank from the first board snapshot that holds the write (:mod:`reader_api.waits`).
 
 Each request, in order: 1. the bearer token (401/403 before the body is read); 2. the body, bounded in size
-and time; 3. the Idempotency-Key's claim (a retry answers here); 4. validation by the codec; 5. the writer's
+and time; 3. the Idempotency-Key's claim (a retry answers here); 4. validation by the codec, then against the
+board's definition (read through the reader's definition cache) as the worker's fold checks it; 5. the writer's
 rate limit (then, with ``?wait=true``, the board's version: one not covering the write); 6. produce,
 acknowledged by Kafka (503 within the produce timeout otherwise); 7. the answer, kept under the
 Idempotency-Key.
@@ -193,8 +194,21 @@ class Writes:
 
     # -- POST /v1/events -----------------------------------------------------------------------------------
 
+    async def judged(self, parsed: write_bodies.Parsed) -> write_bodies.Parsed:
+        """``parsed`` judged against its boards' definitions, read through the reader's cache; an event refused
+        on a cached one is refused only on a fresh read (a board declared within the cache's TTL reads as the
+        default until then). The worker stays the last judge: a definition may change before it folds."""
+        found = await self.reader.definitions.lookup(parsed.boards())
+        judged = write_bodies.judge(parsed, found)
+        refused = {parsed.fields[r["index"]][0] for r in judged.rejected if r["index"] in parsed.fields}
+        if not refused:
+            return judged
+        found.update(await self.reader.definitions.lookup(refused, fresh=True))
+        return write_bodies.judge(parsed, found)
+
     async def events(self, request: Request, writer: Writer, body: bytes, progress: Progress) -> Answer:
         parsed = write_bodies.parse_events(body, request.headers.get("content-type"), self.decoder)
+        parsed = await self.judged(parsed)
         for rejection in parsed.rejected:
             self.metrics.rejected.labels(rejection["reason"]).inc()
         self.limiter.take(writer.scope, len(parsed.records))
@@ -220,6 +234,10 @@ class Writes:
         wait_ms = wait_ms_param(query, self.settings.api_wait_ms, self.settings.api_max_wait_ms)
         now_ms = self.reader.clock()
         value = write_bodies.score_event(board, name, body, request.headers.get("content-type"), now_ms)
+        try:
+            write_bodies.judge_score(value, (await self.reader.definitions.lookup([board]))[board])
+        except ApiError:  # refused on a cached definition: refused only on a fresh read of it
+            write_bodies.judge_score(value, (await self.reader.definitions.lookup([board], fresh=True))[board])
         self.limiter.take(writer.scope, 1)
         # read before the event exists, so not covering it (a period board's name needs its definition: it is
         # read after the produce, where a failure keeps the Idempotency-Key, and such a wait goes without)

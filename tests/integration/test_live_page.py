@@ -34,8 +34,9 @@ def topic(topic_factory: Callable[..., str]) -> str:
     return topic_factory(partitions=2)
 
 
-async def write(client: httpx.AsyncClient, board: str, scores: dict[str, int]) -> None:
-    events = [{"board": board, "player": p, "delta": d} for p, d in scores.items()]
+async def write(client: httpx.AsyncClient, board: str, scores: dict[str, int], times: dict[str, int]) -> None:
+    """The deltas, each player's event at its time in ``times`` (an ``earliest`` board's tie time)."""
+    events = [{"board": board, "player": p, "delta": d, "ts": times[p]} for p, d in scores.items()]
     r = await client.post("/v1/events", json=events, headers=AUTH)
     assert r.status_code == 200 and r.json()["accepted"] == len(events), r.text
     ready = await client.get(f"/v1/boards/{board}/top", params={"after": r.json()["token"], "wait_ms": 20_000})
@@ -53,7 +54,14 @@ async def rows_become(page: Any, table: str, expected: list[tuple[int, str, int]
         raise AssertionError(f"{table}: rows {shown}, expected {want}; console {list(console)}") from exc
 
 
-@pytest.mark.parametrize(("order", "ties"), [("desc", "shared"), ("asc", "dense")])
+#: Event times: bea reaches 40 before cy (earliest ranks bea first, lexical desc cy), fay last.
+T0 = 1_767_225_600_000
+TIMES = {"ada": T0, "bea": T0 + 1000, "cy": T0 + 2000, "dot": T0 + 3000, "eve": T0 + 4000, "fay": T0 + 9000}
+
+
+@pytest.mark.parametrize(
+    ("order", "ties"), [("desc", "shared"), ("asc", "dense"), ("desc", "earliest"), ("asc", "lexical")]
+)
 async def test_the_live_page_follows_the_board_in_a_browser(
     kafka: str, topic: str, redis_url: str, tmp_path: Path, order: Order, ties: Ties
 ) -> None:
@@ -71,10 +79,11 @@ async def test_the_live_page_follows_the_board_in_a_browser(
         await redis.aclose()
     env = {"HOTBOARD_API_WRITE_TOKENS": TOKEN}
     scores = {"ada": 50, "bea": 40, "cy": 40, "dot": 10, "eve": 5}
+    times = dict(TIMES)
     with api_server(redis_url, tmp_path, "--kafka", kafka, "--topic", topic, env=env) as server:
         base = server.url
         async with running_worker(kafka, redis_url, topic), httpx.AsyncClient(base_url=base, timeout=30) as c:
-            await write(c, board, scores)
+            await write(c, board, scores, times)
             async with async_playwright() as p:
                 browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
                 try:
@@ -85,17 +94,18 @@ async def test_the_live_page_follows_the_board_in_a_browser(
                     page.on("console", lambda message: console.append(message.text))
                     page.on("pageerror", lambda error: console.append(str(error)))
                     await page.goto(f"{base}/?board={board}&player=dot&limit=10&radius=1")
-                    await rows_become(page, "#top", reference_ranking(scores, order, ties))
+                    ranked = reference_ranking(scores, order, ties, times)
+                    await rows_become(page, "#top", ranked)
                     assert await page.inner_text("#as-of") != "never flushed"
-                    ranked = reference_ranking(scores, order, ties)
                     dot = next(i for i, r in enumerate(ranked) if r[1] == "dot")
                     await rows_become(page, "#around", ranked[max(0, dot - 1) : dot + 2], console)
                     # dot jumps to the best score; a newcomer ties with cy
                     move = {"dot": 100 if order == "desc" else -100, "fay": 40}
                     for player, delta in move.items():
                         scores[player] = scores.get(player, 0) + delta
-                    await write(c, board, move)
-                    ranked = reference_ranking(scores, order, ties)
+                    times["dot"] = T0 + 9000  # dot's last change; fay's first
+                    await write(c, board, move, times)
+                    ranked = reference_ranking(scores, order, ties, times)
                     await rows_become(page, "#top", ranked)
                     assert await page.get_attribute("#top tr[data-player='dot']", "class") == "up changed me"
                     assert "new" in (await page.get_attribute("#top tr[data-player='fay']", "class") or "")

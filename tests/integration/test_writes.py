@@ -18,11 +18,13 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from cli.devstack import KafkaBroker, create_topic
 from cli.process import free_port
-from hotboard import board_removal, keys
+from hotboard import board_removal, board_store, keys
+from hotboard.boards import BoardDef
 from reader_api import tokens
 from reader_api import waits as waits_module
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, TopPage, WriteAnswer
 from reader_api.app import create_app
+from reader_api.errors import ApiError
 from reader_api.settings import ApiSettings
 from reader_api.waits import Watermarks
 from tests.integration.harness import read_topic
@@ -94,6 +96,43 @@ async def test_events_are_validated_by_the_codec_produced_and_folded(kafka: str,
         metrics = metrics_text(c)
         assert 'hotboard_api_events_rejected_total{reason="bad_type"} 2.0' in metrics
         assert "hotboard_api_events_accepted_total 4.0" in metrics
+
+
+async def test_an_item_its_boards_definition_refuses_is_rejected_and_produces_nothing(
+    kafka: str, topic: str, redis_url: str, redis_client: Any
+) -> None:
+    """The codec accepts ``{"score": 5}`` without an op, but on an incr board the worker would dead-letter it
+    (the board's operator takes a delta): the API rejects it, by index and the worker's reason, and produces
+    nothing of it; the single-score route answers 422 with the reason. A board declared after the API cached
+    it as undeclared is judged by a fresh read, not refused."""
+    await board_store.declare(redis_client, "hi", BoardDef("desc", "best"))
+    events = [
+        {"board": "arena", "player": "c", "score": 5},  # arena is undeclared: incr
+        {"board": "arena", "player": "a", "delta": 2},
+        {"board": "hi", "player": "b", "delta": 1},  # best takes a score
+        {"board": "hi", "player": "b", "score": 9},
+    ]
+    async with running_worker(kafka, redis_url, topic), asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        r = await c.post("/v1/events", json=events, headers=AUTH)
+        assert r.status_code == 200, r.text
+        body: WriteAnswer = r.json()
+        assert body["accepted"] == 2
+        assert [(x["index"], x["reason"], x["detail"]) for x in body["rejected"]] == [
+            (0, "missing_field", "delta is required for incr"),
+            (2, "missing_field", "score is required for best"),
+        ]
+        score = await c.post("/v1/boards/arena/players/c/scores", json={"score": 5}, headers=AUTH)
+        assert (score.status_code, score.json()["error"]) == (422, "missing_field"), score.text
+        assert (await c.get("/v1/boards/late/top")).status_code == 404  # cached: undeclared, the default
+        await board_store.declare(redis_client, "late", BoardDef("desc", "best"))
+        late = await c.post("/v1/boards/late/players/x/scores", json={"score": 3}, headers=AUTH)
+        assert late.status_code == 202, late.text
+        for board, token, expected in (("arena", body["token"], {"a": 2}), ("late", late.json()["token"], {"x": 3})):
+            top = await c.get(f"/v1/boards/{board}/top", params={"after": token, "wait_ms": 20_000})
+            assert top.status_code == 200, top.text
+            assert [(e["player"], e["score"]) for e in top.json()["entries"]] == list(expected.items())
+        assert 'hotboard_api_events_rejected_total{reason="missing_field"} 2.0' in metrics_text(c)
+    assert await count_records(kafka, topic, 3) == 3  # a, b's score and x: nothing of the rejected items
 
 
 async def test_bodies_that_are_not_event_lists_are_4xx_with_a_message(kafka: str, topic: str, redis_url: str) -> None:
@@ -324,6 +363,30 @@ async def test_an_idempotent_retry_answers_as_the_first_and_produces_nothing_mor
     assert await count_records(kafka, topic, 8) == 8
 
 
+async def test_only_a_write_past_the_rate_limit_leaves_its_key_in_redis_with_the_ttl(
+    kafka: str, topic: str, redis_url: str, redis_client: Any
+) -> None:
+    """The keys a token leaves in Redis are bounded by its rate limit: a request refused (429, or any 4xx
+    before producing) gives its claim back, so each key that stays cost at least one event of the bucket, and
+    each one expires after the TTL (24 h)."""
+    settings = api(redis_url, kafka, topic, api_write_burst=1, api_write_rate=0.001)
+    async with asgi_client(create_app(settings)) as c:
+        sent = await c.post("/v1/events", json=[{"player": "a", "delta": 1}], headers={**AUTH, "Idempotency-Key": "a"})
+        assert sent.status_code == 200, sent.text
+        for key in ("b", "c"):
+            refused = await c.post(
+                "/v1/events", json=[{"player": key, "delta": 1}], headers={**AUTH, "Idempotency-Key": key}
+            )
+            assert refused.status_code == 429, refused.text
+        invalid = await c.post(
+            "/v1/boards/g/players/x/scores", json={"score": 1}, headers={**AUTH, "Idempotency-Key": "d"}
+        )
+        assert (invalid.status_code, invalid.json()["error"]) == (422, "missing_field")
+    kept = [k async for k in redis_client.scan_iter(match=f"{keys.PREFIX}:idem:*")]
+    assert len(kept) == 1
+    assert 86_400 - 60 <= await redis_client.ttl(kept[0]) <= 86_400
+
+
 async def test_a_broker_that_stops_answering_is_a_bounded_503(tmp_path: Path, redis_url: str) -> None:
     broker = KafkaBroker(free_port(), tmp_path)
     broker.start()
@@ -404,10 +467,20 @@ async def test_a_failure_after_the_produce_keeps_the_idempotency_key(
     kafka: str, topic: str, redis_url: str, redis_client: Any
 ) -> None:
     """Once Kafka acknowledged the write, neither an error in ``?wait=true`` (a board whose stored definition
-    cannot be read) nor the request being cancelled (a client that gave up, a shutting-down server) frees its
-    Idempotency-Key: each retry answers, none produces a second time."""
-    await redis_client.set(keys.def_key("broken"), "junk")  # not a hash: the API's definition read fails
+    became unreadable after the write was checked) nor the request being cancelled (a client that gave up, a
+    shutting-down server) frees its Idempotency-Key: each retry answers, none produces a second time."""
     async with asgi_client(create_app(api(redis_url, kafka, topic))) as c:
+        assert isinstance(c._transport, httpx.ASGITransport)
+        definitions = c._transport.app.state.reader.definitions  # type: ignore[attr-defined]
+
+        readable = definitions.get
+
+        async def unreadable(board: str) -> BoardDef:  # the wait's read, after the produce
+            if board == "broken":
+                raise ApiError(503, "corrupt_data", f"{board}: not a hash")
+            return await readable(board)  # type: ignore[no-any-return]
+
+        definitions.get = unreadable
         url = "/v1/boards/broken/players/a/scores"
         headers = {**AUTH, "Idempotency-Key": "after-produce"}
         first = await c.post(url, params={"wait": "true"}, json={"delta": 1}, headers=headers)

@@ -161,6 +161,38 @@ async def test_streams_refuse_past_the_cap_and_unknown_questions_raise() -> None
     await streams.close()
 
 
+async def test_concurrent_first_streams_cannot_pass_the_cap_and_a_failed_one_frees_its_slot() -> None:
+    """Each first stream of a question awaits its first read: the cap's slot is held across that await, so
+    streams starting together cannot all pass the check before any is counted; a first read that fails (a
+    player not on the board) frees the slot it held."""
+    reads = FakeReads()
+    reads.versions = {"k": 1}
+    gate = asyncio.Event()
+    replies = reads.replies
+
+    async def held(calls: Sequence[Call]) -> list[Any]:
+        await gate.wait()
+        return await replies(calls)
+
+    reads.replies = held  # type: ignore[method-assign]
+    reads.bodies[("k", "nobody")] = None
+    streams = streams_of(reads, poll_ms=10_000, cap=2)
+    names = ["p1", "nobody", "p2", "p3", "p4"]
+    started = [asyncio.create_task(streams.subscribe(reads.question("k", n))) for n in names]
+    await asyncio.sleep(0.01)  # every task has passed the check, or been refused, and waits on its read
+    assert streams.open == 2
+    gate.set()
+    outcomes = await asyncio.gather(*started, return_exceptions=True)
+    codes = [o.code if isinstance(o, ApiError) else "stream" for o in outcomes]
+    assert codes == ["stream", "player_not_found", "too_many_streams", "too_many_streams", "too_many_streams"]
+    assert streams.open == 1  # the refused read gave its slot back
+    await streams.subscribe(reads.question("k", "p2"))
+    assert streams.open == 2
+    with pytest.raises(ApiError):
+        await streams.subscribe(reads.question("k", "p3"))
+    await streams.close()
+
+
 async def test_a_question_that_joined_at_another_version_is_read_alone_until_all_are_current() -> None:
     """A window applied between two streams' first reads: the later question holds a newer answer than the
     board's others, and the older one must not stay behind until the next window."""

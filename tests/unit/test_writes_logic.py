@@ -7,11 +7,14 @@ import re
 import orjson
 import pytest
 
-from hotboard.codec import Decoder
+from hotboard.boards import DEFAULT, BoardDef, DefinitionError
+from hotboard.codec import Decoder, decode_all
+from ingest.pending import Window
 from reader_api import tokens
 from reader_api.auth import RateLimiter, WriteAuth, load_tokens
 from reader_api.errors import ApiError
-from reader_api.write_bodies import MAX_EVENTS, parse_events, score_event
+from reader_api.write_bodies import MAX_EVENTS, judge, judge_score, parse_events, score_event
+from tests.records import json_record
 
 
 @pytest.mark.parametrize("marks", [{}, {0: 0}, {0: 41, 3: 7}, {4095: 2**62}, {i: i * 1000 for i in range(64)}], ids=str)
@@ -67,6 +70,52 @@ def test_records_are_keyed_by_player_with_the_event_as_value() -> None:
     assert (index, key, orjson.loads(value)) == (0, b"p/1", {"board": "g", "player": "p/1", "delta": 4})
 
 
+#: The boards of the table below: an undeclared board folds as the default (incr), as the worker folds it.
+DEFINITIONS: dict[str, BoardDef | DefinitionError] = {
+    "arena": DEFAULT,
+    "hi": BoardDef("desc", "best"),
+    "last": BoardDef("desc", "set"),
+    "down": BoardDef("asc", "decr"),
+    "broken": DefinitionError("hb:{broken}:def: WRONGTYPE"),
+}
+
+
+@pytest.mark.parametrize(
+    ("item", "reason"),
+    [
+        ({"board": "arena", "player": "c", "score": 5}, "missing_field"),  # no op: the board's incr needs a delta
+        ({"board": "arena", "player": "c", "delta": 5}, None),
+        ({"board": "arena", "player": "c", "op": "best", "score": 5}, None),  # the event's own op
+        ({"player": "c", "score": 5}, "missing_field"),  # the default board, undeclared: incr
+        ({"board": "hi", "player": "c", "delta": 5}, "missing_field"),  # best takes a score
+        ({"board": "hi", "player": "c", "score": 5}, None),
+        ({"board": "hi", "player": "c", "op": "incr", "delta": 5}, None),
+        ({"board": "last", "player": "c", "delta": 1}, "missing_field"),
+        ({"board": "last", "player": "c", "score": -3}, None),
+        ({"board": "down", "player": "c", "delta": -1}, "bad_value"),  # decr takes a delta >= 0
+        ({"board": "down", "player": "c", "delta": 2}, None),
+        ({"board": "broken", "player": "c", "delta": 1}, "bad_definition"),
+    ],
+)
+def test_each_item_is_judged_against_its_boards_definition_as_the_worker_folds_it(
+    item: dict[str, object], reason: str | None
+) -> None:
+    body = orjson.dumps([{"board": "hi", "player": "ok", "score": 1}, item])
+    parsed = parse_events(body, "application/json", Decoder())
+    assert parsed.boards() <= DEFINITIONS.keys() | {"global"}
+    judged = judge(parsed, {**DEFINITIONS, "global": DEFAULT})
+    assert [(r["index"], r["reason"]) for r in judged.rejected] == ([] if reason is None else [(1, reason)])
+    assert [i for i, _, _ in judged.records] == ([0, 1] if reason is None else [0])
+    # the worker's fold, given the same records and definitions, dead-letters the same item, for the same reason
+    records = [json_record(e, offset) for offset, e in enumerate(orjson.loads(body))]
+    fold = Window().fold_for(0)
+    boards = {"hi", str(item.get("board", "global"))}
+    defs = {b: ({**DEFINITIONS, "global": DEFAULT})[b] for b in boards}
+    fold.fold_checked(records, decode_all(records, Decoder()), dict.fromkeys(boards, -1), set(), defs, {}, {})
+    dead = [(r.offset, e.reason.value, e.detail) for r, e in fold.dead]
+    assert dead == [(r["index"], r["reason"], r["detail"]) for r in judged.rejected]
+
+
 @pytest.mark.parametrize(
     ("body", "kind", "status", "code"),
     [
@@ -91,6 +140,29 @@ def test_the_single_score_event_takes_board_player_and_ts_from_the_request() -> 
         with pytest.raises(ApiError) as caught:
             score_event("g", "p", body, "application/json", 1)
         assert (caught.value.status, caught.value.code) == (422, code)
+
+
+@pytest.mark.parametrize(
+    ("board", "body", "code"),
+    [
+        ("arena", b'{"score": 5}', "missing_field"),
+        ("hi", b'{"delta": 5}', "missing_field"),
+        ("down", b'{"delta": -1}', "bad_value"),
+        ("broken", b'{"delta": 1}', "bad_definition"),
+        ("hi", b'{"score": 5}', None),
+        ("arena", b'{"op": "set", "score": 5}', None),
+    ],
+)
+def test_the_single_score_is_judged_against_the_boards_definition_a_422_with_the_reason(
+    board: str, body: bytes, code: str | None
+) -> None:
+    value = score_event(board, "p", body, "application/json", 1)
+    if code is None:
+        judge_score(value, DEFINITIONS[board])
+        return
+    with pytest.raises(ApiError) as caught:
+        judge_score(value, DEFINITIONS[board])
+    assert (caught.value.status, caught.value.code) == (422, code) and caught.value.message
 
 
 def test_bearer_tokens(tmp_path: object) -> None:
