@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import orjson
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -197,13 +198,18 @@ class Writes:
     async def judged(self, parsed: write_bodies.Parsed) -> write_bodies.Parsed:
         """``parsed`` judged against its boards' definitions, read through the reader's cache; an event refused
         on a cached one is refused only on a fresh read (a board declared within the cache's TTL reads as the
-        default until then). The worker stays the last judge: a definition may change before it folds."""
-        found = await self.reader.definitions.lookup(parsed.boards())
-        judged = write_bodies.judge(parsed, found)
-        refused = {parsed.fields[r["index"]][0] for r in judged.rejected if r["index"] in parsed.fields}
-        if not refused:
-            return judged
-        found.update(await self.reader.definitions.lookup(refused, fresh=True))
+        default until then). The worker stays the last judge: a definition may change before it folds, and
+        with Redis unreachable the events go out judged by the codec alone (writes need only Kafka)."""
+        try:
+            found = await self.reader.definitions.lookup(parsed.boards())
+            judged = write_bodies.judge(parsed, found)
+            refused = {parsed.fields[r["index"]][0] for r in judged.rejected if r["index"] in parsed.fields}
+            if not refused:
+                return judged
+            found.update(await self.reader.definitions.lookup(refused, fresh=True))
+        except (RedisError, OSError) as exc:
+            log.warning("definitions unreadable (%s): events judged by the codec alone", type(exc).__name__)
+            return parsed
         return write_bodies.judge(parsed, found)
 
     async def events(self, request: Request, writer: Writer, body: bytes, progress: Progress) -> Answer:
@@ -227,6 +233,17 @@ class Writes:
 
     # -- POST /v1/boards/{board}/players/{player}/scores ---------------------------------------------------
 
+    async def judged_score(self, board: str, value: bytes) -> None:
+        """Raises the 4xx of an event ``board``'s definition refuses, as :meth:`judged` (a fresh read before a
+        refusal; the codec alone with Redis unreachable, where a wait answers 503 anyway)."""
+        try:
+            try:
+                write_bodies.judge_score(value, (await self.reader.definitions.lookup([board]))[board])
+            except ApiError:  # refused on a cached definition: refused only on a fresh read of it
+                write_bodies.judge_score(value, (await self.reader.definitions.lookup([board], fresh=True))[board])
+        except (RedisError, OSError) as exc:
+            log.warning("definition of %s unreadable (%s): judged by the codec alone", board, type(exc).__name__)
+
     async def score(self, request: Request, writer: Writer, body: bytes, progress: Progress) -> Answer:
         board, name = check_board(request.path_params["board"]), check_player(request.path_params["player"])
         query = request.query_params
@@ -234,10 +251,7 @@ class Writes:
         wait_ms = wait_ms_param(query, self.settings.api_wait_ms, self.settings.api_max_wait_ms)
         now_ms = self.reader.clock()
         value = write_bodies.score_event(board, name, body, request.headers.get("content-type"), now_ms)
-        try:
-            write_bodies.judge_score(value, (await self.reader.definitions.lookup([board]))[board])
-        except ApiError:  # refused on a cached definition: refused only on a fresh read of it
-            write_bodies.judge_score(value, (await self.reader.definitions.lookup([board], fresh=True))[board])
+        await self.judged_score(board, value)
         self.limiter.take(writer.scope, 1)
         # read before the event exists, so not covering it (a period board's name needs its definition: it is
         # read after the produce, where a failure keeps the Idempotency-Key, and such a wait goes without)

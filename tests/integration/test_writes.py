@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -133,6 +134,20 @@ async def test_an_item_its_boards_definition_refuses_is_rejected_and_produces_no
             assert [(e["player"], e["score"]) for e in top.json()["entries"]] == list(expected.items())
         assert 'hotboard_api_events_rejected_total{reason="missing_field"} 2.0' in metrics_text(c)
     assert await count_records(kafka, topic, 3) == 3  # a, b's score and x: nothing of the rejected items
+
+
+async def test_writes_need_only_kafka_with_redis_unreachable_the_codec_judges(kafka: str, topic: str) -> None:
+    """Redis down (nothing listens on its port): the definitions cannot be read, so the events are judged by the
+    codec alone and produced (the worker stays the last judge); a write without a wait never needs Redis."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"redis://127.0.0.1:{s.getsockname()[1]}"
+    async with asgi_client(create_app(api(dead, kafka, topic))) as c:
+        r = await c.post("/v1/events", json=[{"board": "arena", "player": "a", "delta": 2}], headers=AUTH)
+        assert (r.status_code, r.json()["accepted"]) == (200, 1), r.text
+        score = await c.post("/v1/boards/arena/players/b/scores", json={"delta": 1}, headers=AUTH)
+        assert score.status_code == 202, score.text
+    assert await count_records(kafka, topic, 2) == 2
 
 
 async def test_bodies_that_are_not_event_lists_are_4xx_with_a_message(kafka: str, topic: str, redis_url: str) -> None:
