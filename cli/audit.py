@@ -26,12 +26,19 @@ EXIT_DIFFERS = 1
 OPTIONS = ("postgres", "topic", "kafka", "postgres_timeout_s", "kafka_start_timeout_s", "redis_timeout_s")
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not above 0")
+    return value
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("audit", help="check Redis against the archive and the topic, player by player")
     p.add_argument("--board", help="one board (with its periods); default every board")
     p.add_argument(
         "--snapshot-timeout-s",
-        type=float,
+        type=_positive,
         default=SNAPSHOT_TIMEOUT_S,
         help="read timeout of each board's snapshot, in Redis and in PostgreSQL (it grows with the board); "
         "every other call keeps --redis-timeout-s and --postgres-timeout-s",
