@@ -23,6 +23,7 @@ from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Event
 from tests.integration.archive_harness import archiver_process, wait_archived
 from tests.integration.conftest import Spawn
+from tests.integration.faults import TcpProxy
 from tests.integration.harness import Feeder, declare_boards, skewed_events, totals_of, wait_exact
 
 pytestmark = pytest.mark.integration
@@ -113,10 +114,13 @@ def test_audit_is_clean_under_load_and_names_a_corrupted_player(
         archiver.cleanup()
 
 
-#: Players of the large board: its snapshot read (one MULTI in Redis, one SELECT in PostgreSQL) takes several times
-#: ``SHORT_S`` here (about 0.3-2 s in Redis), as a million-player board's outlasts the 5 s defaults.
-LARGE = 300_000
-SHORT_S = "0.1"
+#: Players of the large board: its Redis snapshot (one MULTI) is a reply of several MiB, stalled past
+#: ``STALL_AFTER`` bytes by the proxy for ``STALL_S``, several times ``SHORT_S``; the audit's other replies are a
+#: few KiB, so only the snapshot read is delayed, whatever the machine's speed.
+LARGE = 50_000
+STALL_AFTER = 256 << 10
+STALL_S = 3.0
+SHORT_S = "1.0"
 
 
 async def _fill_archive(url: str, topic: str, board: str, players: int) -> None:
@@ -139,9 +143,9 @@ async def _fill_archive(url: str, topic: str, board: str, players: int) -> None:
 def test_a_large_board_is_audited_with_the_short_default_timeouts(
     kafka: str, topic_factory: Callable[..., str], redis_url: str, postgres_url: str
 ) -> None:
-    """The snapshot reads have a timeout of their own (``--snapshot-timeout-s``): with the Redis and PostgreSQL
-    timeouts far below what the board's read takes, the audit still proves it exact; the same audit with the
-    snapshot timeout as short fails in one line (exit 3), so the board is large enough to prove it."""
+    """The snapshot reads have a timeout of their own (``--snapshot-timeout-s``): with the board's Redis snapshot
+    stalled (a proxy holds its reply past the first 256 KiB) for three times the Redis timeout, the audit still
+    proves it exact; the same audit with the snapshot timeout as short fails in one line (exit 3)."""
     topic = topic_factory(2)
     asyncio.run(_fill_archive(postgres_url, topic, "large", LARGE))
     restored = subprocess.run(
@@ -152,10 +156,12 @@ def test_a_large_board_is_audited_with_the_short_default_timeouts(
         timeout=120,
     )
     assert restored.returncode == 0, restored.stderr
-    short = ("--board", "large", "--redis-timeout-s", SHORT_S, "--postgres-timeout-s", "0.25")
-    done = run_audit(kafka, redis_url, postgres_url, topic, *short)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f"board large: {LARGE} players, 0 events in between, exact" in done.stdout, done.stdout
-    cut = run_audit(kafka, redis_url, postgres_url, topic, *short, "--snapshot-timeout-s", SHORT_S)
+    with TcpProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0])) as proxy:
+        proxy.stall_large_replies(STALL_AFTER, STALL_S)
+        short = ("--board", "large", "--redis-timeout-s", SHORT_S, "--postgres-timeout-s", SHORT_S)
+        done = run_audit(kafka, proxy.url, postgres_url, topic, *short)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"board large: {LARGE} players, 0 events in between, exact" in done.stdout, done.stdout
+        cut = run_audit(kafka, proxy.url, postgres_url, topic, *short, "--snapshot-timeout-s", SHORT_S)
     assert cut.returncode == 3, cut.stdout + cut.stderr
     assert len(cut.stderr.splitlines()) == 1 and cut.stderr.startswith("hotboard audit: "), cut.stderr
