@@ -48,6 +48,12 @@ from ingest.seasons import route
 
 #: Each fetch waits at most this long for records.
 FETCH_WAIT_MS = 500
+#: How long one board's snapshot read may take on each side (its one MULTI in Redis, its one SELECT in
+#: PostgreSQL), in place of the short Redis and PostgreSQL timeouts every other call keeps: it grows with the
+#: board (a million players take about 5-15 s to read here, past the 5 s ``--redis-timeout-s``). A server silent
+#: before the read is found by the short timeouts of the calls before it (a connection is made within them too);
+#: one that falls silent during the read, after this long.
+SNAPSHOT_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,8 +233,13 @@ async def audit(
     redis: Client,
     board: str | None,
     progress: Callable[[BoardAudit], None],
+    *,
+    snapshots: Client | None = None,
+    snapshot_timeout_s: float | None = None,
 ) -> list[BoardAudit]:
-    """Audit every board (``board`` None) or one board and its periods; ``progress`` hears each board's result."""
+    """Audit every board (``board`` None) or one board and its periods; ``progress`` hears each board's result.
+    Each board's snapshots are read through ``snapshots`` (a client with a longer read timeout; None: ``redis``)
+    and with ``snapshot_timeout_s`` as PostgreSQL's statement timeout (None: the pool's)."""
     topic, now_ms = settings.topic, int(time.time() * 1000)
     async with KafkaRange(settings) as kafka:
         partitions = await kafka.partitions()
@@ -252,8 +263,8 @@ async def audit(
                 results[name].unverified = f"its definition cannot be read: {definition}"
                 continue
             d = definition or DEFAULT
-            snap_r = await read_redis(redis, name, d, topic, r_epochs, partitions)
-            snap_a = await read_archive(archive, name, d, topic, a_epochs, partitions)
+            snap_r = await read_redis(snapshots or redis, name, d, topic, r_epochs, partitions)
+            snap_a = await read_archive(archive, name, d, topic, a_epochs, partitions, snapshot_timeout_s)
             boards[name] = _Board(name, d, snap_r, snap_a)
         firsts = await kafka.first_offsets(partitions)
         ranges = _ranges(boards, results, partitions, firsts, (r_epochs, a_epochs))

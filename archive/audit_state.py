@@ -55,6 +55,8 @@ async def archive_epochs(archive: Archive, topic: str) -> dict[int, int]:
 async def read_redis(
     redis: Client, board: str, definition: BoardDef, topic: str, epochs: dict[int, int], partitions: Collection[int]
 ) -> Snapshot:
+    """Redis's snapshot, one MULTI: on a client whose read timeout allows for the board's size (see
+    :data:`archive.audit.SNAPSHOT_TIMEOUT_S`)."""
     async with redis.pipeline(transaction=True) as pipe:
         pipe.zrange(keys.board_key(board), 0, -1, withscores=True)
         pipe.hgetall(keys.applied_key(board))
@@ -76,11 +78,19 @@ async def read_redis(
 
 
 async def read_archive(
-    archive: Archive, board: str, definition: BoardDef, topic: str, epochs: dict[int, int], partitions: Collection[int]
+    archive: Archive,
+    board: str,
+    definition: BoardDef,
+    topic: str,
+    epochs: dict[int, int],
+    partitions: Collection[int],
+    timeout_s: float | None = None,
 ) -> Snapshot:
+    """The archive's snapshot; ``timeout_s`` bounds its reads in place of the pool's statement timeout (None)."""
     async with archive.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
-        rows = await conn.fetch("SELECT player, score, tie_ms, meta FROM hb_scores WHERE board = $1", board)
+        query = "SELECT player, score, tie_ms, meta FROM hb_scores WHERE board = $1"
+        rows = await conn.fetch(query, board, timeout=timeout_s)
     players: dict[str, PlayerState] = {
         r["player"]: (r["score"], int(r["tie_ms"] or 0) if definition.earliest else None, r["meta"]) for r in rows
     }

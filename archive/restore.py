@@ -42,6 +42,15 @@ class Restored:
     players: int
 
 
+@dataclass(frozen=True, slots=True)
+class Copied:
+    """Progress of one board's copy: ``players`` of its ``total`` staged so far (reported per chunk)."""
+
+    board: str
+    players: int
+    total: int
+
+
 async def board_names(archive: Archive, board: str | None) -> list[str]:
     """Every archived board (periods included), or ``board`` and its periods."""
     async with archive.connection() as conn:
@@ -84,8 +93,11 @@ async def lower_checkpoints(archive: Archive, redis: Client, topic: str) -> int:
     return len(args) // 3
 
 
-async def restore_board(archive: Archive, redis: Client, topic: str, board: str, now_ms: int) -> Restored | None:
-    """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired."""
+async def restore_board(
+    archive: Archive, redis: Client, topic: str, board: str, now_ms: int, copied: Callable[[Copied], None] | None = None
+) -> Restored | None:
+    """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired.
+    ``copied`` hears each chunk of players staged."""
     live = staging.live_keys(board)
     twin = staging.staging_keys(live, staging.run_token())
     async with archive.connection() as conn:
@@ -105,7 +117,7 @@ async def restore_board(archive: Archive, redis: Client, topic: str, board: str,
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             lowered = await _checkpoint_args(conn, redis, topic)  # the snapshot's: every event up to them is in it
             marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
-            players = await _copy_players(conn, redis, board, twin, definition)
+            players = await _copy_players(conn, redis, board, twin, definition, copied)
     # after the players: the few hashes are written (and the staging TTL renewed) right before the swap
     await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
     root = definition.seasonal and period is None
@@ -129,29 +141,42 @@ async def _restore_deleted(conn: Any, redis: Client, topic: str, board: str, liv
     await staging.swap(redis, topic, live, twin, [-1, 0], lowered)
 
 
-async def _copy_players(conn: Any, redis: Client, board: str, twin: list[str], definition: BoardDef) -> int:
+async def _copy_players(
+    conn: Any, redis: Client, board: str, twin: list[str], definition: BoardDef, copied: Callable[[Copied], None] | None
+) -> int:
     """Every player row of ``board`` into the restoring keys, ``CHUNK`` rows at a time through a server-side
     cursor: the next chunk is fetched from PostgreSQL and packed while Redis runs the one before (``IN_FLIGHT``
     chunks written at once, each on a connection of its own: a chunk's players are its own, so the order they
-    land in does not matter). At most ``IN_FLIGHT + 1`` chunks are in memory."""
+    land in does not matter). At most ``IN_FLIGHT + 1`` chunks are in memory. ``copied`` hears each chunk written,
+    against the count of the same snapshot (the caller's transaction)."""
+    total = await conn.fetchval("SELECT count(*) FROM hb_scores WHERE board = $1", board) if copied else 0
     cursor = await conn.cursor("SELECT player, score, tie_ms, meta FROM hb_scores WHERE board = $1", board)
-    players = 0
-    writes: deque[asyncio.Task[None]] = deque()
+    players = staged = 0
+    writes: deque[tuple[asyncio.Task[None], int]] = deque()
     fetching: asyncio.Future[list[Any]] | None = None
+
+    async def written() -> None:
+        nonlocal staged
+        task, count = writes.popleft()
+        await task
+        staged += count
+        if copied is not None:
+            copied(Copied(board, staged, total))
+
     try:
         rows: list[Any] = await cursor.fetch(CHUNK)
         while rows:
             fetching = asyncio.ensure_future(cursor.fetch(CHUNK))
-            writes.append(asyncio.create_task(staging.stage_players(redis, twin, definition, rows)))
+            writes.append((asyncio.create_task(staging.stage_players(redis, twin, definition, rows)), len(rows)))
             if len(writes) >= IN_FLIGHT:
-                await writes.popleft()
+                await written()
             players += len(rows)
             rows = await fetching
             fetching = None
         while writes:
-            await writes.popleft()
+            await written()
     except BaseException:
-        unfinished: list[asyncio.Future[Any]] = [*writes, *([fetching] if fetching is not None else [])]
+        unfinished: list[asyncio.Future[Any]] = [*(t for t, _ in writes), *([fetching] if fetching is not None else [])]
         for task in unfinished:
             task.cancel()
         for task in unfinished:
@@ -162,16 +187,22 @@ async def _copy_players(conn: Any, redis: Client, board: str, twin: list[str], d
 
 
 async def restore(
-    archive: Archive, redis: Client, topic: str, board: str | None, progress: Callable[[Restored], None]
+    archive: Archive,
+    redis: Client,
+    topic: str,
+    board: str | None,
+    progress: Callable[[Restored], None],
+    copied: Callable[[Copied], None] | None = None,
 ) -> list[Restored]:
-    """Restore every archived board (``board`` None) or one board and its periods."""
+    """Restore every archived board (``board`` None) or one board and its periods; ``progress`` hears each board
+    swapped in, ``copied`` each chunk of its players staged before."""
     now_ms = int(time.time() * 1000)
     names = await board_names(archive, board)
     # 1. checkpoints no higher than the archive's: a running worker resynchronises and replays the tail
     await lower_checkpoints(archive, redis, topic)
     done = []
     for name in names:
-        restored = await restore_board(archive, redis, topic, name, now_ms)
+        restored = await restore_board(archive, redis, topic, name, now_ms, copied)
         if restored is not None:
             done.append(restored)
             progress(restored)

@@ -12,8 +12,9 @@ restore uses), each adding as many members as the board has players: one member 
 members drawn at random over as many ids as the board has players, into a key of its own deleted after each run.
 Restore is timed in process (``archive.restore.restore``, from reading the archive to the last swap), the
 audit as the ``hotboard audit --board bench`` command (interpreter start included; the archive and Redis agree,
-so nothing is read back from Kafka: it proves the restored board exact too), with the Redis and PostgreSQL
-timeouts raised to 120 s: its one ``MULTI`` read of a million members outlasts the 5 s default here.
+so nothing is read back from Kafka: it proves the restored board exact too), with the default timeouts: its one
+``MULTI`` read of a million members outlasts the 5 s ``--redis-timeout-s`` here, and has a timeout of its own
+(``--snapshot-timeout-s``).
 
 A private broker (the audit reads the topic's partitions) and redis-server on free loopback ports, a fresh
 database on the machine's PostgreSQL (HOTBOARD_TEST_POSTGRES overrides it).
@@ -152,10 +153,6 @@ def run(args: argparse.Namespace) -> None:
             "HOTBOARD_KAFKA": broker.bootstrap,
             "HOTBOARD_TOPIC": TOPIC,
             "HOTBOARD_POSTGRES": pg,
-            # one MULTI reads the whole board, one query the archive's rows: past the 5 s / 10 s defaults on a
-            # million players on a loaded machine
-            "HOTBOARD_REDIS_TIMEOUT_S": "120",
-            "HOTBOARD_POSTGRES_TIMEOUT_S": "120",
         }
         seconds, line = timed_audit(env, runs=1)
         print(f"hotboard audit --board {BOARD}: {seconds:.2f} s  ({line})")

@@ -10,8 +10,9 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from archive.audit import BoardAudit, audit
+from archive.audit import SNAPSHOT_TIMEOUT_S, BoardAudit, audit
 from archive.pool import Archive, ArchiveUnavailable
 from archive.settings import ArchiverSettings
 from cli.exits import EXIT_UNAVAILABLE
@@ -25,9 +26,23 @@ EXIT_DIFFERS = 1
 OPTIONS = ("postgres", "topic", "kafka", "postgres_timeout_s", "kafka_start_timeout_s", "redis_timeout_s")
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not above 0")
+    return value
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("audit", help="check Redis against the archive and the topic, player by player")
     p.add_argument("--board", help="one board (with its periods); default every board")
+    p.add_argument(
+        "--snapshot-timeout-s",
+        type=_positive,
+        default=SNAPSHOT_TIMEOUT_S,
+        help="read timeout of each board's snapshot, in Redis and in PostgreSQL (it grows with the board); "
+        "every other call keeps --redis-timeout-s and --postgres-timeout-s",
+    )
     add_options(p, ArchiverSettings, only=(*OPTIONS, *RedisSettings.model_fields, *KafkaSecuritySettings.model_fields))
     p.set_defaults(run=cmd_audit)
 
@@ -55,16 +70,30 @@ def cmd_audit(args: argparse.Namespace) -> int:
     redis_connect.check(settings)
 
     async def main() -> list[BoardAudit]:
-        redis = redis_connect.connect(settings, socket_timeout=settings.redis_timeout_s)
+        short = settings.redis_timeout_s
+        redis = redis_connect.connect(settings, socket_timeout=short)
+        # the snapshots' own client: a long read (a large board's MULTI), a connection made as fast as the others
+        snapshots = redis_connect.connect(
+            settings, socket_timeout=args.snapshot_timeout_s, socket_connect_timeout=short
+        )
         try:
             async with Archive(settings.postgres, settings.postgres_timeout_s) as archive:
-                return await audit(settings, archive, redis, args.board, report)
+                return await audit(
+                    settings,
+                    archive,
+                    redis,
+                    args.board,
+                    report,
+                    snapshots=snapshots,
+                    snapshot_timeout_s=args.snapshot_timeout_s,
+                )
         finally:
+            await snapshots.aclose()
             await redis.aclose()
 
     try:
         results = asyncio.run(main())
-    except (ArchiveUnavailable, KafkaError, RedisConnectionError, TimeoutError) as exc:
+    except (ArchiveUnavailable, KafkaError, RedisConnectionError, RedisTimeoutError, TimeoutError) as exc:
         print(f"hotboard audit: {exc!r}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     bad = [r for r in results if not r.exact]

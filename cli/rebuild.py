@@ -19,13 +19,12 @@ from archive.settings import ArchiverSettings
 from cli.exits import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from cli.log_ends import LogEndsUnavailable, last_offsets
 from cli.options import add_options, settings_from
+from cli.progress import Progress
 from hotboard import redis_connect
 from hotboard.kafka_security import KafkaSecuritySettings, client_kwargs
 from hotboard.redis_connect import RedisSettings
 
 OPTIONS = ("kafka", "topic", "kafka_start_timeout_s", "redis_timeout_s")
-#: Characters of the progress bar on a terminal.
-BAR = 30
 
 
 def add_parser(sub: Any) -> None:
@@ -42,23 +41,16 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=cmd_rebuild)
 
 
-class Progress:
-    """A bar redrawn in place on a terminal; one plain line per step otherwise (logs, CI)."""
+class Shown:
+    """The log's read as a :class:`cli.progress.Progress` bar (lines off a terminal), and each board rebuilt."""
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
-        self._tty = out.isatty()
+        self._bar = Progress(out)
 
     def read(self, step: Read) -> None:
-        if self._tty:
-            filled = BAR * step.records // max(step.total, 1)
-            bar = "#" * filled + "-" * (BAR - filled)
-            self._out.write(f"\rreading the log [{bar}] {step.records}/{step.total} records")
-            if step.records >= step.total:
-                self._out.write("\n")
-        else:
-            self._out.write(f"read {step.records}/{step.total} records (partition {step.partition})\n")
-        self._out.flush()
+        line = f"read {step.records}/{step.total} records (partition {step.partition})"
+        self._bar.step("reading the log", step.records, step.total, "records", line)
 
     def rebuilt(self, done: Rebuilt) -> None:
         print(f"rebuilt {done.board}: {done.players} players", file=self._out, flush=True)
@@ -67,7 +59,7 @@ class Progress:
 def cmd_rebuild(args: argparse.Namespace) -> int:
     settings = settings_from(ArchiverSettings, args)
     redis_connect.check(settings)
-    shown = Progress(sys.stdout)
+    shown = Shown(sys.stdout)
 
     async def main() -> int:
         ends = await last_offsets(

@@ -6,17 +6,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from archive.pool import Archive, ArchiveUnavailable
-from archive.restore import Restored, restore
+from archive.restore import Copied, Restored, restore
 from archive.settings import ArchiverSettings
 from cli.exits import EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
+from cli.progress import Progress
 from hotboard import redis_connect
 
 OPTIONS = ("postgres", "redis", "redis_cluster", "topic", "postgres_timeout_s")
@@ -31,19 +32,34 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=cmd_restore)
 
 
+class Shown:
+    """Each chunk of a board's players staged, as a :class:`cli.progress.Progress` bar on ``bar`` (lines off a
+    terminal: a million-player board shows progress too), and each board restored, a line on ``out``."""
+
+    def __init__(self, out: TextIO, bar: TextIO) -> None:
+        self._out = out
+        self._bar = Progress(bar)
+
+    def copied(self, step: Copied) -> None:
+        line = f"restoring {step.board}: {step.players}/{step.total} players"
+        self._bar.step(f"restoring {step.board}", step.players, step.total, "players", line)
+
+    def restored(self, done: Restored) -> None:
+        print(f"restored {done.board}: {done.players} players", file=self._out, flush=True)
+
+
 def cmd_restore(args: argparse.Namespace) -> int:
     settings = settings_from(ArchiverSettings, args)
     redis_connect.check(settings)
-
-    def progress(done: Restored) -> None:
-        print(f"restored {done.board}: {done.players} players", flush=True)
+    shown = Shown(sys.stdout, sys.stderr)  # stdout stays the boards restored; progress beside it
 
     async def main() -> int:
         redis = redis_connect.connect(settings, socket_timeout=settings.redis_timeout_s)
         try:
             await redis.ping()  # Redis unreachable is said before the archive is read, not after
             async with Archive(settings.postgres, settings.postgres_timeout_s) as archive:
-                done = await restore(archive, redis, settings.topic, None if args.all else args.board, progress)
+                which = None if args.all else args.board
+                done = await restore(archive, redis, settings.topic, which, shown.restored, shown.copied)
         finally:
             await redis.aclose()
         print(f"restored {len(done)} boards, {sum(d.players for d in done)} players")

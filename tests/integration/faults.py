@@ -34,6 +34,9 @@ class TcpProxy:
         #: While holding, bytes from clients are kept here instead of reaching the server (in order).
         self._holding = False
         self._held: list[tuple[asyncio.StreamWriter, bytes]] = []
+        #: ``stall_large_replies``: a connection's reply bytes past this count wait ``_stall_s`` once.
+        self._stall_after: int | None = None
+        self._stall_s = 0.0
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -62,6 +65,11 @@ class TcpProxy:
 
     def release(self) -> None:
         asyncio.run_coroutine_threadsafe(self._set_hold(False), self._loop).result(5)
+
+    def stall_large_replies(self, after_bytes: int, seconds: float) -> None:
+        """Each connection's server-to-client bytes past ``after_bytes`` wait ``seconds`` once, before they pass
+        (a large reply stalled in the network: small commands are not delayed, whatever the machine's speed)."""
+        self._stall_after, self._stall_s = after_bytes, seconds
 
     def held(self) -> bytes:
         return asyncio.run_coroutine_threadsafe(self._held_bytes(), self._loop).result(5)
@@ -104,11 +112,16 @@ class TcpProxy:
         self._writers.update((writer, up_writer))
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool) -> None:
+            passed, stalled = 0, False
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
                 while data := await src.read(65536):
                     if upstream and self._holding:
                         self._held.append((dst, data))
                         continue
+                    passed += len(data)
+                    if not upstream and not stalled and self._stall_after is not None and passed > self._stall_after:
+                        stalled = True
+                        await asyncio.sleep(self._stall_s)
                     dst.write(data)
                     await dst.drain()
             dst.transport.abort()

@@ -4,6 +4,7 @@ on purpose (a ZINCRBY behind the worker's back) named with its board."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -15,12 +16,14 @@ import orjson
 import pytest
 import redis
 
+from archive.pool import Archive
 from cli.devstack import RedisServer
 from hotboard import keys
-from hotboard.boards import BoardDef
+from hotboard.boards import DEFAULT, BoardDef
 from hotboard.codec import Event
 from tests.integration.archive_harness import archiver_process, wait_archived
 from tests.integration.conftest import Spawn
+from tests.integration.faults import TcpProxy
 from tests.integration.harness import Feeder, declare_boards, skewed_events, totals_of, wait_exact
 
 pytestmark = pytest.mark.integration
@@ -109,3 +112,56 @@ def test_audit_is_clean_under_load_and_names_a_corrupted_player(
         assert len(differs) == 1 and f"board=global player={victim} " in differs[0], after.stdout
     finally:
         archiver.cleanup()
+
+
+#: Players of the large board: its Redis snapshot (one MULTI) is a reply of several MiB, stalled past
+#: ``STALL_AFTER`` bytes by the proxy for ``STALL_S``, several times ``SHORT_S``; the audit's other replies are a
+#: few KiB, so only the snapshot read is delayed, whatever the machine's speed.
+LARGE = 50_000
+STALL_AFTER = 256 << 10
+STALL_S = 3.0
+SHORT_S = "1.0"
+
+
+async def _fill_archive(url: str, topic: str, board: str, players: int) -> None:
+    """The archive holds ``board`` (every 10th player with metadata), watermarks and checkpoints, filled by COPY."""
+    async with Archive(url) as archive, archive.connection() as conn:
+        await conn.execute(
+            "INSERT INTO hb_boards (board, spec, version, as_of_ms) VALUES ($1, $2, 1, 0)", board, DEFAULT.spec
+        )
+        rows = [
+            (board, f"p-{i}", i * 7919 % 1_000_003, None, b'{"n":1}' if i % 10 == 0 else None) for i in range(players)
+        ]
+        await conn.copy_records_to_table(
+            "hb_scores", records=rows, columns=("board", "player", "score", "tie_ms", "meta")
+        )
+        for p in range(2):
+            await conn.execute("INSERT INTO hb_watermarks VALUES ($1, $2, 7)", board, keys.watermark_field(topic, p))
+            await conn.execute("INSERT INTO hb_checkpoints (topic, partition, checkpoint) VALUES ($1, $2, 7)", topic, p)
+
+
+def test_a_large_board_is_audited_with_the_short_default_timeouts(
+    kafka: str, topic_factory: Callable[..., str], redis_url: str, postgres_url: str
+) -> None:
+    """The snapshot reads have a timeout of their own (``--snapshot-timeout-s``): with the board's Redis snapshot
+    stalled (a proxy holds its reply past the first 256 KiB) for three times the Redis timeout, the audit still
+    proves it exact; the same audit with the snapshot timeout as short fails in one line (exit 3)."""
+    topic = topic_factory(2)
+    asyncio.run(_fill_archive(postgres_url, topic, "large", LARGE))
+    restored = subprocess.run(
+        [sys.executable, "-m", "cli.main", "restore", "--board", "large", "--postgres", postgres_url],
+        env={"HOTBOARD_REDIS": redis_url, "HOTBOARD_TOPIC": topic},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert restored.returncode == 0, restored.stderr
+    with TcpProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0])) as proxy:
+        proxy.stall_large_replies(STALL_AFTER, STALL_S)
+        short = ("--board", "large", "--redis-timeout-s", SHORT_S, "--postgres-timeout-s", SHORT_S)
+        done = run_audit(kafka, proxy.url, postgres_url, topic, *short)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"board large: {LARGE} players, 0 events in between, exact" in done.stdout, done.stdout
+        cut = run_audit(kafka, proxy.url, postgres_url, topic, *short, "--snapshot-timeout-s", SHORT_S)
+    assert cut.returncode == 3, cut.stdout + cut.stderr
+    assert len(cut.stderr.splitlines()) == 1 and cut.stderr.startswith("hotboard audit: "), cut.stderr

@@ -8,7 +8,8 @@ import io
 import pytest
 
 from archive.rebuild import Read, Rebuilt, log_cut
-from cli.rebuild import BAR, Progress
+from cli.progress import BAR
+from cli.rebuild import Shown
 
 
 @pytest.mark.parametrize(
@@ -41,7 +42,7 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_otherwise() -> None:
     steps = [Read(0, 50, 200), Read(1, 200, 200)]
     tty, plain = _Out(True), _Out(False)
     for out in (tty, plain):
-        shown = Progress(out)
+        shown = Shown(out)
         for step in steps:
             shown.read(step)
         shown.rebuilt(Rebuilt("global", 7))
