@@ -31,7 +31,7 @@ from redis.exceptions import AskError, ConnectionError, MovedError, NoScriptErro
 
 from flusher import wire
 from flusher.batch import BoardBatch, BoardResult, ExpectedWatermark
-from flusher.redis_sink import _APPLY, _FLUSH, RedisSink
+from flusher.redis_sink import _APPLY, _FLUSH, SCRIPT_PLAYERS, RedisSink
 from flusher.server import parse_run_id
 from hotboard import keys
 from hotboard.script import Script
@@ -71,7 +71,7 @@ class ClusterSink(RedisSink):
         self,
         redis: RedisCluster,
         topic: str,
-        script_players: int = 4000,
+        script_players: int = SCRIPT_PLAYERS,
         *,
         min_replica_acks: int = 1,
         replica_ack_timeout_ms: int = 1000,
