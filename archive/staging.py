@@ -86,18 +86,22 @@ _SWAP = Script(
     _LOWERING
     + f"""
 local archived, expire_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-if redis.call('EXISTS', KEYS[10], KEYS[11]) == 0 then return redis.error_reply('staged board expired') end
-lower(KEYS[17], 3, 0)
+local kinds = {len(_KINDS)}  -- KEYS[1..kinds]: the live keys in _KINDS order; KEYS[i + kinds]: the twin of KEYS[i]
+local live_meta, staged_applied, staged_meta = KEYS[3], KEYS[2 + kinds], KEYS[3 + kinds]
+local ckpt_key = KEYS[2 * kinds + 1]  -- nil on a Redis Cluster, whose swap has no triples to lower
+if redis.call('EXISTS', staged_applied, staged_meta) == 0 then return redis.error_reply('staged board expired') end
+lower(ckpt_key, 3, 0)
 if archived >= 0 then
-  local live = tonumber(redis.call('HGET', KEYS[3], '{keys.META_VERSION}') or '0')
-  redis.call('HSET', KEYS[11], '{keys.META_VERSION}', math.max(live, archived) + 1)
+  local live = tonumber(redis.call('HGET', live_meta, '{keys.META_VERSION}') or '0')
+  redis.call('HSET', staged_meta, '{keys.META_VERSION}', math.max(live, archived) + 1)
 end
-for i = 1, 8 do
-  if redis.call('EXISTS', KEYS[i + 8]) == 1 then
-    redis.call('RENAME', KEYS[i + 8], KEYS[i])
-    if expire_ms > 0 then redis.call('PEXPIREAT', KEYS[i], expire_ms) else redis.call('PERSIST', KEYS[i]) end
+for i = 1, kinds do
+  local live_key, staged_key = KEYS[i], KEYS[i + kinds]
+  if redis.call('EXISTS', staged_key) == 1 then
+    redis.call('RENAME', staged_key, live_key)
+    if expire_ms > 0 then redis.call('PEXPIREAT', live_key, expire_ms) else redis.call('PERSIST', live_key) end
   else
-    redis.call('DEL', KEYS[i])
+    redis.call('DEL', live_key)
   end
 end
 return 1

@@ -1,7 +1,8 @@
 """Command-line options generated from a pydantic-settings class, so that a setting's name, type, default and
 help are written once, in the class: each field ``some_name`` becomes ``--some-name`` (plus any aliases the
 command keeps), and its help names the environment variable ``HOTBOARD_SOME_NAME`` and the default. Adding a
-field to the class adds the option; tests/unit/test_cli.py checks that README's tables list it too."""
+field to the class adds the option; tests/unit/test_cli.py checks that docs/configuration.md's tables list it
+too."""
 
 from __future__ import annotations
 

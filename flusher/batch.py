@@ -1,5 +1,6 @@
-"""What a sink receives and answers: the contract between the worker and any sink (Redis today; Redis Cluster
-and a Postgres archive later implement the same :class:`Sink`)."""
+"""What a sink receives and answers: the contract between the worker and any sink (:class:`Sink`, implemented by
+one Redis, ``flusher.redis_sink.RedisSink``; a Redis Cluster, ``flusher.cluster.ClusterSink``; and the PostgreSQL
+archive, ``archive.sink.ArchiveSink``)."""
 
 from __future__ import annotations
 

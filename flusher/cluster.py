@@ -27,14 +27,14 @@ from hiredis import pack_command
 from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.crc import key_slot
-from redis.exceptions import AskError, ConnectionError, MovedError, NoScriptError, RedisError, TryAgainError
+from redis.exceptions import AskError, ConnectionError, MovedError, RedisError, TryAgainError
 
 from flusher import wire
 from flusher.batch import BoardBatch, BoardResult, ExpectedWatermark
-from flusher.redis_sink import _APPLY, _FLUSH, RedisSink
+from flusher.redis_sink import _APPLY, _FLUSH, SCRIPT_PLAYERS, RedisSink
 from flusher.server import parse_run_id
 from hotboard import keys
-from hotboard.script import Script
+from hotboard.script import Script, rerun_unknown
 
 #: Rounds of redirections (MOVED, ASK) one call follows before it gives up (a transient failure: retried).
 MAX_REDIRECTS = 8
@@ -71,7 +71,7 @@ class ClusterSink(RedisSink):
         self,
         redis: RedisCluster,
         topic: str,
-        script_players: int = 4000,
+        script_players: int = SCRIPT_PLAYERS,
         *,
         min_replica_acks: int = 1,
         replica_ack_timeout_ms: int = 1000,
@@ -214,23 +214,27 @@ class ClusterSink(RedisSink):
         wait: bool,
     ) -> tuple[list[Any], int | None]:
         """One master's commands on one connection (the WAIT must follow its writes there); NOSCRIPT replies
-        ran nothing: the scripts are loaded on this master and just those calls sent again."""
+        ran nothing: :func:`hotboard.script.rerun_unknown` sends just those calls again, once ``resend`` has
+        loaded the scripts on this master (the cluster client's own SCRIPT LOAD goes to every master, so
+        ``rerun_unknown`` is given no scripts to load itself)."""
         conn = node.acquire_connection()
         try:
             ask = [i in asking for i in idx]
-            replies, acks = await self._exchange(conn, [commands[i] for i in idx], ask, route[idx[0]], wait)
-            again = [j for j, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-            if again:
+            key = route[idx[0]]
+            replies, acks = await self._exchange(conn, [commands[i] for i in idx], ask, key, wait)
+            fewest = [acks]
+
+            async def resend(again: list[int]) -> list[Any]:
                 for script in used:
                     await node.execute_command("SCRIPT", "LOAD", script.text)
-                resent = await self._exchange(
-                    conn, [commands[idx[j]] for j in again], [idx[j] in asking for j in again], route[idx[0]], wait
+                resent, resent_acks = await self._exchange(
+                    conn, [commands[idx[j]] for j in again], [ask[j] for j in again], key, wait
                 )
-                for j, reply in zip(again, resent[0], strict=True):
-                    replies[j] = reply
-                if acks is not None and resent[1] is not None:
-                    acks = min(acks, resent[1])
-            return replies, acks
+                if fewest[0] is not None and resent_acks is not None:
+                    fewest[0] = min(fewest[0], resent_acks)
+                return resent
+
+            return await rerun_unknown(self._cluster, (), replies, resend), fewest[0]
         finally:
             node.release(conn)
 

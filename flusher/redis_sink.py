@@ -42,6 +42,13 @@ MAX_GROUP = 1000
 MAX_REGISTERED = 262_144
 #: Definitions whose fence tail (the spec string) is kept, so that a flush does not build one per board.
 MAX_TAILS = 256
+#: Players per flush script unless the caller says otherwise (the worker's ``max_script_players`` default): a
+#: script blocks Redis while it runs, and 4,000 players are about 10-25 ms of it (docs/guarantees.md, "Exactly once
+#: into Redis").
+SCRIPT_PLAYERS = 4000
+#: Board names per ZADD into the board index: a first window of 100,000 new boards registers them in ten commands
+#: of one round trip, none of which holds Redis (or one reply buffer) for long.
+INDEX_CHUNK = 10_000
 
 
 class RedisSink(CheckpointHash):
@@ -51,7 +58,7 @@ class RedisSink(CheckpointHash):
     #: board -> its hash slot, where a FLUSH call must not mix boards of two slots (None: one server)
     _slot_of: Callable[[str], int] | None = None
 
-    def __init__(self, redis: Client, topic: str, script_players: int = 4000) -> None:
+    def __init__(self, redis: Client, topic: str, script_players: int = SCRIPT_PLAYERS) -> None:
         super().__init__(redis, topic)
         self._script_players = script_players
         self._tails: BoundedCache[BoardDef, tuple[str, int, int]] = BoundedCache(MAX_TAILS)
@@ -105,9 +112,9 @@ class RedisSink(CheckpointHash):
         # them in one write, not one awaited call per seasonal board
         names = list(new)
         commands: list[bytes] = []
-        for i in range(0, len(names), 10_000):
+        for i in range(0, len(names), INDEX_CHUNK):
             zadd: list[Any] = ["ZADD", keys.BOARD_INDEX_KEY]
-            zadd.extend(chain.from_iterable((0, b) for b in names[i : i + 10_000]))
+            zadd.extend(chain.from_iterable((0, b) for b in names[i : i + INDEX_CHUNK]))
             commands.append(pack_command(tuple(zadd)))
         seasonal = [(b, d.spec) for b, found in new.items() for d in found if d.seasonal]
         commands += [_MARK.packed([keys.meta_key(b), keys.def_key(b)], [s]) for b, s in seasonal]

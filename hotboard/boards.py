@@ -6,7 +6,7 @@ An undeclared board has :data:`DEFAULT`. A board's definition can change only wh
 to it (the flush scripts check ``spec`` against the one the worker folded with, so a definition created while
 workers run is honoured before the board's first event is applied).
 
-How each definition is laid out in Redis (the README's Redis layout table says the same):
+How each definition is laid out in Redis (docs/redis-layout.md says the same):
 
 - ``hb:{B}`` holds the exact totals. Members are player ids; for ``earliest`` boards they are the 16-digit,
   zero-padded tie time (ms) followed by the player id, so equal scores sort by time, then id, and

@@ -29,7 +29,8 @@ local max = {MAX_EXACT}
 local function fence(k, a)
   local applied_key, def_key = KEYS[k + 2], KEYS[k + 4]
   local n = tonumber(ARGV[a + 1])
-  local spec_at = a + 2 + 3 * n  -- past the triples; partition i's (0-based) starts at a + 2 + 3 * i
+  local triples = a + 2  -- partition i's (0-based) field, expected and new watermark: ARGV[triples + 3 * i], +1, +2
+  local spec_at = triples + 3 * n  -- past the triples: the spec, seed and expiry, then the board's own arguments
   local want, seed, expire_ms = ARGV[spec_at], ARGV[spec_at + 1] == '1', tonumber(ARGV[spec_at + 2])
   local own = spec_at + 3
   if expire_ms > 0 then
@@ -37,11 +38,10 @@ local function fence(k, a)
     if expire_ms <= tonumber(t[1]) * 1000 then return {{1}}, n, own, expire_ms end  -- past its expiry: nothing to keep
   end
   local fenced, already, current, fields = false, true, {{}}, {{}}
-  for i = 0, n - 1 do fields[i + 1] = ARGV[a + 2 + 3 * i] end
-  local held = {{}}
-  if n > 0 then held = redis.call('HMGET', applied_key, unpack(fields)) end  -- one call, every partition
+  for i = 0, n - 1 do fields[i + 1] = ARGV[triples + 3 * i] end
+  local held = n > 0 and redis.call('HMGET', applied_key, unpack(fields)) or {{}}  -- one call, every partition
   for i = 0, n - 1 do
-    local at = a + 2 + 3 * i
+    local at = triples + 3 * i
     local expected, new = ARGV[at + 1], ARGV[at + 2]
     local cur = held[i + 1] or '-1'
     current[i + 1] = cur
@@ -66,10 +66,10 @@ local function fence(k, a)
 end
 local now = nil  -- ms, read from TIME once per call
 local function commit(k, a, n, expire_ms, nkeys, saturated)
-  local applied_key, meta_key = KEYS[k + 2], KEYS[k + 3]
+  local applied_key, meta_key, triples = KEYS[k + 2], KEYS[k + 3], a + 2  -- the fence's ARGV layout
   local marks = {{}}
   for i = 0, n - 1 do
-    local at = a + 2 + 3 * i
+    local at = triples + 3 * i
     marks[2 * i + 1] = ARGV[at]  -- the watermark field
     marks[2 * i + 2] = ARGV[at + 2]  -- the new watermark
   end

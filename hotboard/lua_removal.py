@@ -25,7 +25,8 @@ from hotboard.keys import APPLIED_DELETED_VERSION, META_AS_OF, META_VERSION
 #: holds whichever delete an operator's retry turns out to be; else 1.
 DELETE = f"""
 local board_key, applied_key, meta_key, def_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local content = redis.call('EXISTS', board_key, meta_key, def_key, KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+local pmeta_key, members_key, dense_key, counts_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local content = redis.call('EXISTS', board_key, meta_key, def_key, pmeta_key, members_key, dense_key, counts_key)
 local floor = redis.call('HGET', applied_key, '{APPLIED_DELETED_VERSION}')
 if content == 0 and redis.call('EXISTS', applied_key) == 0 then return {{0}} end
 local status = 1
@@ -42,7 +43,7 @@ for i = 2, #ARGV, 2 do
   out[#out + 1] = point
 end
 redis.call('HSET', applied_key, '{APPLIED_DELETED_VERSION}', version)
-redis.call('DEL', board_key, meta_key, def_key, KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+redis.call('DEL', board_key, meta_key, def_key, pmeta_key, members_key, dense_key, counts_key)
 return out
 """
 

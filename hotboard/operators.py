@@ -15,7 +15,7 @@ of 0, so a fold carries it beside the clamp: :class:`Folded` ``(op, absent)``.
 
 Arithmetic inside a window is exact (Python ints, no floats anywhere). Totals are held at +-MAX_EXACT when a
 window is applied: :func:`result` is the exact sequential value, held there. A total that reaches the bound
-is held at each flush, as ZINCRBY totals are today, so splitting a window changes a result only when an
+is held at each flush, as a ZINCRBY total is, so splitting a window changes a result only when an
 intermediate total passed 2^53. :func:`script_args` gives the flush script numbers a double holds exactly.
 An incr-only board keeps its ``+=`` sum per player (the fast path): :func:`summed` is that sum as a fold, and
 :func:`carried` the form a window's sums take when one passes 2^53 (never held before it is applied).

@@ -25,11 +25,13 @@ log = logging.getLogger("hotboard.worker")
 
 #: How long a position must stay past the log's end before the partition halts (see ``check_log_end``).
 LOG_END_CONFIRM_S = 10.0
+#: Where the log line of a halt sends the operator to lift it.
+LIFT_HALT = 'docs/runbooks.md, "HotboardRedisDataLoss"'
 
 
 class Assignment:
     """The one owner of the partitions' state: every change to a :class:`PartitionState` goes through here (or
-    through the fold, which moves ``next_offset`` and learns watermarks by the state's own verbs)."""
+    through the intake's fold: ``next_offset`` and watermarks by the state's verbs, ``clear`` and ``fast`` directly)."""
 
     def __init__(
         self,
@@ -191,7 +193,7 @@ class Assignment:
                 # halted before, and nobody has written the checkpoint since: still halted, whatever the log
                 # looks like now (a re-created topic may have grown past the old checkpoint meanwhile)
                 reason, _ = recorded
-                detail = f"halted earlier ({reason}) and the checkpoint is unchanged; see README to lift it"
+                detail = f"halted earlier ({reason}) and the checkpoint is unchanged; see {LIFT_HALT} to lift it"
                 self.halt(self._parts[p], Halt(HaltReason(reason), detail), record=False)
                 continue
             if recorded is not None:
@@ -241,7 +243,7 @@ class Assignment:
         log.info("partition %d resumes at %d (checkpoint %s)", p, decision.offset, checkpoint)
 
     def halt(self, state: PartitionState, halt: Halt, *, record: bool = True) -> None:
-        """History is gone: do not guess. An operator restores Redis or writes the checkpoint (README)."""
+        """History is gone: do not guess. An operator restores Redis or writes the checkpoint (:data:`LIFT_HALT`)."""
         if record:
             self._unrecorded[state.partition] = halt.reason.value
         first = state.halted(halt, self._clock() + self.settings.halt_recheck_s)
@@ -250,10 +252,11 @@ class Assignment:
             self._metrics.records_lost.inc(halt.lost)
             log.error(
                 "partition %d halted (%s): %s. Nothing of it is consumed until an operator restores Redis or "
-                "writes its checkpoint (see README, Guarantees)",
+                "writes its checkpoint (see %s)",
                 state.partition,
                 halt.reason.value,
                 halt.detail,
+                LIFT_HALT,
             )
         self.update_halts()
 

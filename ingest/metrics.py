@@ -1,4 +1,5 @@
-"""Prometheus metrics of the worker. Names and labels are a contract (README, dashboard, alerts).
+"""Prometheus metrics of the worker. Names and labels are a contract (docs/operations.md, "Metrics"; the dashboard;
+the alerts).
 
 Each Worker owns its registry (no process globals), so tests and in-process benchmarks read exact values.
 Label sets are small and fixed: never a player or board name.

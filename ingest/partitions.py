@@ -81,9 +81,13 @@ class Phase(StrEnum):
 
 
 class PartitionState:
-    """One assigned partition, changed only through its verbs. The fold reads ``next_offset``, ``watermarks``,
-    ``clear`` and ``fast`` directly (plain attributes: the hot loop pays no property call); nothing outside this
-    class writes them."""
+    """One assigned partition, changed through its verbs, with one exception. The fold reads ``next_offset``,
+    ``watermarks``, ``clear`` and ``fast`` directly (plain attributes: the hot loop pays no property call), and
+    only the verbs here write ``next_offset`` and ``watermarks``. ``clear`` and ``fast`` are also written by the
+    general fold, :meth:`ingest.folds.PartitionFold.fold_checked`, which the intake hands them to
+    (``ingest/intake.py``): it adds a board to ``clear`` once an event passed the board's watermark, and to
+    ``fast`` once a summing event of it folded. The fold takes plain collections so that the rebuild and the
+    audit fold the same way with throwaway ones; the fast fold only reads ``fast``."""
 
     __slots__ = (
         "_advancing",

@@ -19,12 +19,13 @@ the codec's path exactly as before:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 import msgspec
 
 from hotboard.codec import MAX_ABS_DELTA, MAX_VALUE_BYTES, Decoded, Decoder, InvalidEvent
 from hotboard.keys import DEFAULT_BOARD, MAX_EXACT, is_valid_player
+from hotboard.records import Record
 
 
 class PlainEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -42,20 +43,21 @@ class PlainEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 decode_plain: Final[Callable[[bytes], PlainEvent]] = msgspec.json.Decoder(PlainEvent).decode
 
 
-def decode_all(records: Iterable[Any], decoder: Decoder) -> list[Decoded]:
+def decode_all(records: Iterable[Record], decoder: Decoder) -> list[Decoded]:
     """:func:`hotboard.codec.decode_all` (what the checked fold reads) with the usual shape of a board the codec
     validated before (``decoder.known_boards``) read by the typed decoder; the same fields or reasons."""
     known, fields, max_bytes = decoder.known_boards, decoder.fields, MAX_VALUE_BYTES
     out: list[Decoded] = []
     for record in records:
         value = record.value
-        try:
-            event = decode_plain(value)
-            if event.board in known and len(value) <= max_bytes and is_valid_player(event.player):
-                out.append((event.board, event.player, None, event.delta, None, event.ts, None))
-                continue
-        except Exception:  # noqa: BLE001 - outside the shape: the codec reads it and says why
-            pass
+        if value is not None:  # a tombstone goes straight to the codec, which says why it is invalid
+            try:
+                event = decode_plain(value)
+                if event.board in known and len(value) <= max_bytes and is_valid_player(event.player):
+                    out.append((event.board, event.player, None, event.delta, None, event.ts, None))
+                    continue
+            except Exception:  # noqa: BLE001 - outside the shape: the codec reads it and says why
+                pass
         try:
             out.append(fields(value))
         except InvalidEvent as exc:

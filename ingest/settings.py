@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from flusher.redis_sink import SCRIPT_PLAYERS
 from hotboard.kafka_security import KafkaSecuritySettings
 from hotboard.redis_connect import RedisConfigError, RedisSettings
 from hotboard.settings import LogSettings
@@ -49,7 +50,9 @@ class WorkerSettings(LogSettings, KafkaSecuritySettings, RedisSettings):
         5.0, gt=0, description="Redis socket timeout: a silent Redis fails a flush after this"
     )
     max_script_players: int = Field(
-        4_000, ge=100, description="Players per flush script (a script blocks Redis while it runs: keep it short)"
+        SCRIPT_PLAYERS,
+        ge=100,
+        description="Players per flush script (a script blocks Redis while it runs: keep it short)",
     )
     dlq_max_bytes: int = Field(
         131_072,

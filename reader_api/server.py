@@ -1,7 +1,7 @@
 """uvicorn's httptools protocol with the bounds a public API needs: pipelining, request-head size, head timeout,
 and a JSON 503 past the connection cap.
 
-Why a subclass rather than stock httptools or h11 (measured in README, "Read API limits"):
+Why a subclass rather than stock httptools or h11 (measured in docs/api.md, "Limits (hostile clients)"):
 
 * Stock httptools hands the parser every chunk the socket gives (up to 256 KiB) in one ``feed_data`` call;
   every pipelined request in it becomes a queued request cycle at once, and pausing the transport only stops

@@ -63,7 +63,7 @@ class Header:
 def parse_score(raw: bytes | str) -> int:
     """Redis prints a score as an integer below 1e17, else as ``%.17g`` (``1.8446744073709552e+19``, ``inf``);
     a fractional score (written by something other than the flusher) is truncated towards zero. Beyond
-    ±MAX_SCORE a score answers saturated (README, "Read API")."""
+    ±MAX_SCORE a score answers saturated (docs/api.md, "Answers")."""
     try:
         value = int(raw)
     except ValueError:

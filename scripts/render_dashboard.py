@@ -1,4 +1,5 @@
-"""Render the key panels of the Grafana dashboard as a PNG, from a real Prometheus (for README).
+"""Render the key panels of the Grafana dashboard as a PNG, from a real Prometheus (the picture of
+docs/operations.md, "Dashboard").
 
 The queries are the dashboard's own (deploy/grafana/dashboards/hotboard.json), so the picture shows exactly
 what Grafana would. tests/integration/test_prometheus.py calls ``render`` at the end of its run when

@@ -1,4 +1,4 @@
-"""Halted partitions: a halt holds until an operator acts, and every remedy README and docs/runbooks.md give
+"""Halted partitions: a halt holds until an operator acts, and every remedy docs/guarantees.md and docs/runbooks.md give
 works as an operator runs it (redis-cli on the live system, the worker running), with the boards checked
 against totals computed from the log itself."""
 
@@ -93,7 +93,7 @@ async def test_a_halt_with_pending_work_does_not_lift_itself(
 
 
 def _redis_cli(server: RedisServer, *args: str) -> str:
-    """What the operator types (README, Guarantees; docs/runbooks.md, HotboardRedisDataLoss)."""
+    """What the operator types (docs/guarantees.md, "Fault model"; docs/runbooks.md, "HotboardRedisDataLoss")."""
     done = subprocess.run(["redis-cli", "-p", str(server.port), *args], capture_output=True, text=True, check=True)
     return done.stdout.strip()
 

@@ -91,7 +91,7 @@ def test_sigterm_while_lookups_wait_on_a_frozen_redis_exits_within_the_documente
 ) -> None:
     """Redis frozen (SIGSTOP) right before events of boards the worker has not seen arrive on four partitions:
     the fold waits on their watermark lookups. SIGTERM must not wait for each lookup to time out in turn
-    (redis_timeout_s each, 18-19 s in all) against README's "exit 0 within 10 s"."""
+    (redis_timeout_s each, 18-19 s in all) against docs/guarantees.md's "exit 0 within 10 seconds"."""
     topic = topic_factory(4)
     events = skewed_events(4000, seed=41)
     worker = spawn(redis_server.url, topic)
@@ -109,6 +109,6 @@ def test_sigterm_while_lookups_wait_on_a_frozen_redis_exits_within_the_documente
         rc, took = worker.terminate(timeout_s=40)
     finally:
         redis_server.proc.send_signal(signal.SIGCONT)
-    assert rc == 0 and took < 10, f"exit {rc} after {took:.1f}s; README promises exit 0 within 10 s"
+    assert rc == 0 and took < 10, f"exit {rc} after {took:.1f}s; docs/guarantees.md promises exit 0 within 10 s"
     spawn(redis_server.url, topic, "again")
     wait_exact(redis_server.url, totals_of(events), timeout_s=90)

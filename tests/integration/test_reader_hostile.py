@@ -28,7 +28,8 @@ pytestmark = pytest.mark.integration
 
 BOARD = "g"
 RANK = b"GET /v1/boards/g/players/p5 HTTP/1.1\r\nHost: t\r\n\r\n"
-#: The documented saturation bound (README, "Read API"); spelled out so this file runs against older code.
+#: The documented saturation bound (docs/api.md, "Answers"), spelled out rather than imported: the test pins the
+#: documented value, not whatever the code holds.
 MAX_SCORE = 2**53 - 1
 
 

@@ -27,7 +27,7 @@ from tests.semantics import random_events
 
 pytestmark = pytest.mark.integration
 
-#: The users of deploy/k8s (README "Deployment"): the worker writes hb:* keys, the API only reads them.
+#: The users of deploy/k8s (deploy/k8s/README.md, "Redis users"): the worker writes hb:* keys, the API only reads them.
 WRITER = ["on", ">wpass", "~hb:*", "+@all"]
 READER = ["on", ">rpass", "~hb:*", "+@read", "+@scripting", "-@write"]
 BOARDS = {

@@ -71,10 +71,9 @@ def _certificates(d: Path) -> None:
     for name, ext in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
         (d / f"{name}.ext").write_text(ext + "\n")
         _openssl("req", *ec, "-keyout", d / f"{name}.key", "-out", d / f"{name}.csr", "-subj", f"/CN={name}")
-        _openssl(
-            "x509", "-req", "-in", d / f"{name}.csr", "-CA", d / "ca.crt", "-CAkey", d / "ca.key", "-CAcreateserial",
-            "-out", d / f"{name}.crt", "-days", "2", "-extfile", d / f"{name}.ext",
-        )  # fmt: skip
+        signed_by_ca = ("-CA", d / "ca.crt", "-CAkey", d / "ca.key", "-CAcreateserial")
+        request, extensions = ("-in", d / f"{name}.csr"), ("-extfile", d / f"{name}.ext")
+        _openssl("x509", "-req", *request, *signed_by_ca, *extensions, "-out", d / f"{name}.crt", "-days", "2")
 
 
 @pytest.fixture
@@ -83,15 +82,17 @@ def tls_redis(tmp_path: Path) -> Iterator[TlsRedis]:
     d.mkdir()
     _certificates(d)
     port = free_port()
-    command = [
-        "redis-server", "--port", "0", "--tls-port", str(port), "--bind", LOOPBACK, "--save", "",
-        "--appendonly", "no", "--dir", str(d),
-        "--tls-cert-file", str(d / "server.crt"), "--tls-key-file", str(d / "server.key"),
-        "--tls-ca-cert-file", str(d / "ca.crt"), "--tls-auth-clients", "yes",
-        "--user", "writer", "on", f">{WRITER_PASSWORD}", "~hb:*", "+@all",
-        "--user", "reader", "on", f">{READER_PASSWORD}", "~hb:*", "+@read", "+@scripting", "-@write",
-        "--user", "default", "off",
-    ]  # fmt: skip
+    # the plain port off, TLS with client certificates, the ACL users: a few options per line
+    options = [
+        ("--port", "0", "--tls-port", str(port), "--bind", LOOPBACK),
+        ("--save", "", "--appendonly", "no", "--dir", str(d)),
+        ("--tls-cert-file", str(d / "server.crt"), "--tls-key-file", str(d / "server.key")),
+        ("--tls-ca-cert-file", str(d / "ca.crt"), "--tls-auth-clients", "yes"),
+        ("--user", "writer", "on", f">{WRITER_PASSWORD}", "~hb:*", "+@all"),
+        ("--user", "reader", "on", f">{READER_PASSWORD}", "~hb:*", "+@read", "+@scripting", "-@write"),
+        ("--user", "default", "off"),
+    ]
+    command = ["redis-server", *(arg for option in options for arg in option)]
     server = Child("redis-server (TLS)", command, log_path=d / "redis.log", ready=lambda: port_open(port))
     with server.start():
         yield TlsRedis(port, d / "ca.crt", d / "client.crt", d / "client.key", d)

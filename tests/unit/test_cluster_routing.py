@@ -4,7 +4,7 @@ before redirected calls are stripped so that each reply stays with its own comma
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import count
 from typing import Any
 
@@ -13,6 +13,7 @@ import pytest
 from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.crc import key_slot
+from redis.exceptions import NoScriptError
 
 from flusher.batch import BoardBatch, BoardResult, ExpectedWatermark, Outcome
 from flusher.cluster import ClusterSink, _skip_asking, board_slot
@@ -117,3 +118,42 @@ def test_asking_replies_are_stripped_and_each_reply_stays_with_its_command(
     replies: list[Any], ask: list[bool], kept: list[Any]
 ) -> None:
     assert _skip_asking(replies, ask) == kept
+
+
+async def test_a_noscript_reply_loads_the_scripts_on_that_master_and_resends_just_its_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A master that lost its scripts (a promoted replica: SCRIPT LOAD is not replicated) answers NOSCRIPT: the
+    round loads the scripts on that master only, sends just those calls once more on the same connection, and
+    keeps the fewest replica acks of the two exchanges."""
+    loaded: list[tuple[Any, ...]] = []
+    exchanges: list[tuple[list[bytes], list[bool]]] = []
+    answers: Iterator[tuple[list[Any], int | None]] = iter(
+        [([NoScriptError("NOSCRIPT"), b"r1", NoScriptError("NOSCRIPT")], 2), ([b"r0", b"r2"], 1)]
+    )
+
+    class Node:
+        def acquire_connection(self) -> str:
+            return "conn"
+
+        def release(self, conn: str) -> None:
+            assert conn == "conn"
+
+        async def execute_command(self, *args: Any) -> Any:
+            loaded.append(args)
+            return b"sha"
+
+    async def exchange(
+        self: ClusterSink, conn: Any, commands: list[bytes], ask: list[bool], key: str, wait: bool
+    ) -> tuple[list[Any], int | None]:
+        assert conn == "conn" and key == "k0" and wait
+        exchanges.append((commands, ask))
+        return next(answers)
+
+    monkeypatch.setattr(ClusterSink, "_exchange", exchange)
+    node: Any = Node()
+    asking: dict[int, ClusterNode] = {2: node}
+    got = await sink()._round(node, [0, 1, 2], [b"c0", b"c1", b"c2"], ["k0", "k1", "k2"], asking, [_FLUSH], True)
+    assert got == ([b"r0", b"r1", b"r2"], 1)
+    assert loaded == [("SCRIPT", "LOAD", _FLUSH.text)]
+    assert exchanges == [([b"c0", b"c1", b"c2"], [False, False, True]), ([b"c0", b"c2"], [False, True])]

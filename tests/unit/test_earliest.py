@@ -78,8 +78,8 @@ def test_member_encoding_sorts_by_time_then_id() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known, documented in README (Board semantics): at the +-(2^53-1) hold a "
-    "merged incr may move an earliest tie time; scores stay exact",
+    reason='known, documented in docs/events.md, "Board semantics: operators, order, ties": at the +-(2^53-1) '
+    "hold a merged incr may move an earliest tie time; scores stay exact",
 )
 def test_merged_incr_steps_keep_the_tie_time_at_the_bound() -> None:
     """earliest.push merges incr+incr with the later time; at the +-2^53 hold the second incr changes nothing,

@@ -23,7 +23,7 @@ ALLOWED = {
 #: package -> base modules it must not import: the sink applies what the batch carries (a period's logical
 #: board, id and expiry are decided once, at routing), it never works out a season again.
 FORBIDDEN = {"flusher": {"hotboard.periods"}}
-#: Modules allowed past MAX_LINES, and why (README, "Modules", says the same).
+#: Modules allowed past MAX_LINES, and why (README, "Where things live", says the same).
 LONG = {
     "ingest/worker.py": "the lifecycle and the numbered flush step, kept in one reading",
 }

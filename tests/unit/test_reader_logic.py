@@ -83,7 +83,7 @@ def test_encoded_slash_stays_inside_its_segment() -> None:
     ],
 )
 def test_every_stored_score_has_an_integer_answer(raw: bytes, score: int) -> None:
-    """Exact within +-(2^53 - 1), saturated beyond (README, "Read API")."""
+    """Exact within +-(2^53 - 1), saturated beyond (docs/api.md, "Answers")."""
     assert parse_score(raw) == score
 
 

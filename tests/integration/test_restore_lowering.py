@@ -1,5 +1,6 @@
-"""Adversarial review (review2) of the restore generation, the restoring mark and the lowering of partitions the
-archive has no checkpoint for: the faults found, each pinned by a test."""
+"""Restore against its own edge cases: restores of one board side by side, the lowering of a partition the archive
+has no checkpoint for, the checkpoint generation past 2^53, the restoring mark when a lowering's reply is lost, and
+the TTLs a swap leaves."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ async def test_a_partition_the_archive_lacks_replays_from_its_start_or_halts_whe
     none of its events. After ``restore --board global`` the partition replays from its log's start (the other
     boards skip what their watermarks hold); where retention deleted offsets 0..9 those events of the restored
     board are in neither store, and the partition halts ``retention_lost`` for an operator rather than resume at
-    the log's start as if the board held them (the decision of the review: a loud halt, never a silent loss)."""
+    the log's start as if the board held them: a loud halt, never a silent loss."""
     topic = "scores"
     await _archive_one_board(postgres_url, topic)
     field1 = keys.watermark_field(topic, 1, 0)
