@@ -19,7 +19,7 @@ from archive.settings import ArchiverSettings
 from cli.exits import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from cli.log_ends import LogEndsUnavailable, last_offsets
 from cli.options import add_options, settings_from
-from hotboard import redis_connect
+from hotboard import logs, redis_connect
 from hotboard.kafka_security import KafkaSecuritySettings, client_kwargs
 from hotboard.redis_connect import RedisSettings
 
@@ -97,12 +97,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     except LogCut as exc:
-        print(
-            f"hotboard rebuild: refused: {exc}; restore from the archive (hotboard restore), or pass "
+        return logs.command_failed(
+            "rebuild",
+            f"refused: {exc}; restore from the archive (hotboard restore), or pass "
             "--accept-retention-loss to rebuild from what the log keeps",
-            file=sys.stderr,
+            exit_code=EXIT_CONFIG,
         )
-        return EXIT_CONFIG
     # RedisClusterException: no seed node of a cluster answers (redis-py's own error, not a ConnectionError)
     except (
         LogEndsUnavailable,
@@ -112,5 +112,4 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         RedisTimeoutError,
         OSError,
     ) as exc:
-        print(f"hotboard rebuild: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return logs.command_failed("rebuild", str(exc), exit_code=EXIT_UNAVAILABLE)
