@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import uvicorn
@@ -12,7 +11,7 @@ import uvicorn
 from cli.exits import EXIT_CONFIG
 from cli.options import add_options, settings_from
 from cli.process import bind_error
-from hotboard import redis_connect
+from hotboard import logs, redis_connect
 from hotboard.settings import LogSettings
 from reader_api.app import create_app
 from reader_api.server import Limits, protocol_class
@@ -72,9 +71,8 @@ def cmd_api(args: argparse.Namespace) -> int:
         ports.append(("--api-metrics-port", settings.api_metrics_host, settings.api_metrics_port))
     for name, host, port in ports:
         if (why := bind_error(host, port)) is not None:
-            message = f"hotboard api: port {port} on {host} is not available ({why}); pick another with {name}"
-            print(message, file=sys.stderr)
-            return EXIT_CONFIG
+            message = f"port {port} on {host} is not available ({why}); pick another with {name}"
+            return logs.command_failed("api", message, exit_code=EXIT_CONFIG)
     options = uvicorn_options(settings)
     if settings_from(LogSettings, args).log_format == "json":
         options["log_config"] = None  # uvicorn's loggers then reach the root handler (hotboard.logs)

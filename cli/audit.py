@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -17,7 +16,7 @@ from archive.pool import Archive, ArchiveUnavailable
 from archive.settings import ArchiverSettings
 from cli.exits import EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
-from hotboard import redis_connect
+from hotboard import logs, redis_connect
 from hotboard.kafka_security import KafkaSecuritySettings
 from hotboard.redis_connect import RedisSettings
 
@@ -94,8 +93,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     try:
         results = asyncio.run(main())
     except (ArchiveUnavailable, KafkaError, RedisConnectionError, RedisTimeoutError, TimeoutError) as exc:
-        print(f"hotboard audit: {exc!r}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return logs.command_failed("audit", repr(exc), exit_code=EXIT_UNAVAILABLE)
     bad = [r for r in results if not r.exact]
     players = sum(r.players for r in results)
     print(f"audited {len(results)} boards, {players} players: {len(bad)} boards not exact")

@@ -26,7 +26,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from cli import removal
 from cli.exits import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, Refused
 from cli.options import add_options, settings_from
-from hotboard import board_store, keys, redis_connect
+from hotboard import board_store, keys, logs, redis_connect
 from hotboard.boards import DEFAULT, OPERATORS, ORDERS, TIES, BoardDef, DefinitionError, from_hash
 from hotboard.redis_client import Client
 from hotboard.redis_connect import RedisSettings
@@ -75,11 +75,11 @@ def add_parser(sub: Any) -> None:
 
 def _run(command: Command, args: argparse.Namespace) -> int:
     """One client per command, always closed; Redis failures become one line and exit 3, not a traceback.
-    Every line it prints goes through :func:`_err`, which masks the password of any URL in it."""
+    Every failure it prints goes through :func:`_err`, which masks the password of any URL in it."""
     settings = settings_from(RedisSettings, args)
     url = settings.redis
     shown = redact_url(url)  # the only spelling of the URL any message holds
-    where = f"hotboard boards {args.boards_command}"
+    where = f"boards {args.boards_command}"
 
     async def main() -> int:
         try:
@@ -98,17 +98,15 @@ def _run(command: Command, args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     except (Refused, DefinitionError) as exc:
-        _err(f"{where}: {exc}")
-        return exc.code if isinstance(exc, Refused) else EXIT_CONFIG
+        return _err(where, str(exc), exc.code if isinstance(exc, Refused) else EXIT_CONFIG)
     except AuthenticationError as exc:  # a ConnectionError to redis-py, but not one a retry mends
-        _err(f"{where}: Redis refused the credentials of user {_user(settings)!r} at {shown}: {exc}")
-        return EXIT_UNAVAILABLE
+        return _err(
+            where, f"Redis refused the credentials of user {_user(settings)!r} at {shown}: {exc}", EXIT_UNAVAILABLE
+        )
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        _err(f"{where}: Redis unreachable at {shown}: {exc}")
-        return EXIT_UNAVAILABLE
+        return _err(where, f"Redis unreachable at {shown}: {exc}", EXIT_UNAVAILABLE)
     except RedisError as exc:
-        _err(f"{where}: Redis error: {exc}")
-        return EXIT_UNAVAILABLE
+        return _err(where, f"Redis error: {exc}", EXIT_UNAVAILABLE)
 
 
 def _user(settings: RedisSettings) -> str:
@@ -228,6 +226,7 @@ def _out(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
-def _err(line: str) -> None:
-    """Errors quote what they were given and what Redis holds: no password, no control character, one line."""
-    sys.stderr.write(escape(redact(line)) + "\n")
+def _err(command: str, message: str, code: int) -> int:
+    """Errors quote what they were given and what Redis holds: no password, no control character, one line
+    (a JSON object with ``--log-format json``)."""
+    return logs.command_failed(command, escape(redact(message)), exit_code=code)

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import json
 import signal
-import sys
 import time
 from contextlib import AsyncExitStack
 from typing import Any
@@ -22,6 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from cli.exits import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE
 from cli.kafka_cli import add_kafka_options, run_kafka
 from cli.options import settings_from
+from hotboard import logs
 from hotboard.safe_text import escape
 from ingest import dlq
 from ingest.kafka_config import reader_config, start_clients
@@ -61,8 +61,8 @@ async def _read(s: WorkerSettings, *, follow: bool, as_json: bool) -> int:
         await consumer.topics()  # metadata of every topic, so the next line can answer
         partitions = consumer.partitions_for_topic(s.dlq)
         if not partitions:
-            print(f"hotboard dlq: no topic {s.dlq!r} at {s.kafka} (see --topic, --dlq-topic)", file=sys.stderr)
-            return EXIT_NOT_FOUND
+            said = f"no topic {s.dlq!r} at {s.kafka} (see --topic, --dlq-topic)"
+            return logs.command_failed("dlq", said, exit_code=EXIT_NOT_FOUND)
         tps = [TopicPartition(s.dlq, p) for p in sorted(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -79,8 +79,8 @@ async def _read(s: WorkerSettings, *, follow: bool, as_json: bool) -> int:
             if all([await _caught_up(consumer, tp, ends[tp]) for tp in tps]):
                 return EXIT_OK
             if time.monotonic() - progress > s.kafka_start_timeout_s:
-                print(f"hotboard dlq: Kafka at {s.kafka} stopped delivering {s.dlq}", file=sys.stderr)
-                return EXIT_UNAVAILABLE
+                said = f"Kafka at {s.kafka} stopped delivering {s.dlq}"
+                return logs.command_failed("dlq", said, exit_code=EXIT_UNAVAILABLE)
     return EXIT_OK
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 from collections.abc import Awaitable, Callable
 
 from aiokafka.errors import KafkaError
 
 from cli.exits import EXIT_UNAVAILABLE
 from cli.options import add_options
+from hotboard import logs
 from hotboard.kafka_security import KafkaSecuritySettings
 from ingest import kafka_config
 from ingest.kafka_config import KafkaUnavailable
@@ -35,10 +35,9 @@ def run_kafka(command: str, main: Callable[[], Awaitable[int]]) -> int:
     try:
         return asyncio.run(_awaited(main))
     except KafkaUnavailable as exc:
-        print(f"hotboard {command}: {exc}", file=sys.stderr)
+        return logs.command_failed(command, str(exc), exit_code=EXIT_UNAVAILABLE)
     except KafkaError as exc:
-        print(f"hotboard {command}: Kafka failed: {exc!r}", file=sys.stderr)
-    return EXIT_UNAVAILABLE
+        return logs.command_failed(command, f"Kafka failed: {exc!r}", exit_code=EXIT_UNAVAILABLE)
 
 
 async def _awaited(main: Callable[[], Awaitable[int]]) -> int:

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from cli import api, archiver, audit, boards, dlq, produce, rebuild, restore, send, stack, worker
 from cli.devstack import StackError
 from cli.exits import EXIT_CONFIG
-from cli.options import add_options, settings_from
+from cli.options import add_options, option, settings_from
 from hotboard import __version__, logs, redis_url
 from hotboard.settings import LogSettings
 
@@ -50,15 +50,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         logs.setup_logging(settings_from(LogSettings, args))
         return int(args.run(args))
-    except StackError as exc:
-        print(f"hotboard {args.command}: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
     except ValidationError as exc:
-        print(f"hotboard {args.command}: invalid settings:\n{exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except redis_url.BadRedisUrl as exc:  # before any client: one line, the password masked
-        print(f"hotboard {args.command}: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return logs.command_failed(args.command, f"invalid settings: {settings_errors(exc)}", exit_code=EXIT_CONFIG)
+    except (StackError, redis_url.BadRedisUrl) as exc:  # a bad URL before any client: the password masked
+        return logs.command_failed(args.command, str(exc), exit_code=EXIT_CONFIG)
+
+
+def settings_errors(exc: ValidationError) -> str:
+    """Pydantic's report in one line: each setting named (its option and variable) with the reason, without
+    the input (it may be a secret) or the link to pydantic's documentation."""
+    said = []
+    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+        reason = error["msg"].removeprefix("Value error, ")
+        loc = ".".join(str(part) for part in error["loc"])
+        name = str(error["loc"][0]) if error["loc"] else ""
+        said.append(f"{loc} ({option(name)}, HOTBOARD_{name.upper()}): {reason}" if name else reason)
+    return "; ".join(said)
 
 
 if __name__ == "__main__":

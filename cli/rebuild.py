@@ -20,7 +20,7 @@ from cli.exits import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from cli.log_ends import LogEndsUnavailable, last_offsets
 from cli.options import add_options, settings_from
 from cli.progress import Progress
-from hotboard import redis_connect
+from hotboard import logs, redis_connect
 from hotboard.kafka_security import KafkaSecuritySettings, client_kwargs
 from hotboard.redis_connect import RedisSettings
 
@@ -89,12 +89,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     except LogCut as exc:
-        print(
-            f"hotboard rebuild: refused: {exc}; restore from the archive (hotboard restore), or pass "
+        return logs.command_failed(
+            "rebuild",
+            f"refused: {exc}; restore from the archive (hotboard restore), or pass "
             "--accept-retention-loss to rebuild from what the log keeps",
-            file=sys.stderr,
+            exit_code=EXIT_CONFIG,
         )
-        return EXIT_CONFIG
     # RedisClusterException: no seed node of a cluster answers (redis-py's own error, not a ConnectionError)
     except (
         LogEndsUnavailable,
@@ -104,5 +104,4 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         RedisTimeoutError,
         OSError,
     ) as exc:
-        print(f"hotboard rebuild: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return logs.command_failed("rebuild", str(exc), exit_code=EXIT_UNAVAILABLE)

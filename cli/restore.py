@@ -18,7 +18,7 @@ from archive.settings import ArchiverSettings
 from cli.exits import EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
 from cli.progress import Progress
-from hotboard import redis_connect
+from hotboard import logs, redis_connect
 
 OPTIONS = ("postgres", "redis", "redis_cluster", "topic", "postgres_timeout_s")
 
@@ -69,5 +69,4 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return asyncio.run(main())
     # RedisClusterException: no seed node of a cluster answers (redis-py's own error, not a ConnectionError)
     except (ArchiveUnavailable, RedisConnectionError, RedisClusterException, RedisTimeoutError, OSError) as exc:
-        print(f"hotboard restore: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return logs.command_failed("restore", str(exc), exit_code=EXIT_UNAVAILABLE)

@@ -8,6 +8,7 @@ partition, in order) and acknowledged by every in-sync replica (``acks=all``) be
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -19,6 +20,7 @@ from aiokafka import AIOKafkaProducer
 from cli.exits import EXIT_CONFIG, EXIT_OK
 from cli.kafka_cli import add_kafka_options, run_kafka
 from cli.options import settings_from
+from hotboard import logs
 from hotboard.codec import AMOUNT_FIELD, Decoder, InvalidEvent
 from hotboard.keys import DEFAULT_BOARD
 from hotboard.safe_text import escape
@@ -124,14 +126,17 @@ async def _send_lines(settings: WorkerSettings, source: IO[bytes]) -> int:
                 key = _key(decoder.fields(line))
             except InvalidEvent as exc:
                 refused += 1
-                print(f"line {number}: refused: {escape(str(exc))}", file=sys.stderr)
+                said = f"line {number}: refused: {escape(str(exc))}"
+                logs.command_failed("send", said, exit_code=EXIT_CONFIG, prefix=False, line=number)
                 continue
             waiting.append((number, await producer.send(settings.topic, value=line, key=key)))
             if len(waiting) >= IN_FLIGHT:
                 await report()
         await report()
-    print(f"{sent} sent, {refused} refused", file=sys.stderr)
-    return EXIT_CONFIG if refused else EXIT_OK
+    code = EXIT_CONFIG if refused else EXIT_OK
+    level = logging.ERROR if refused else logging.INFO
+    said = f"{sent} sent, {refused} refused"
+    return logs.command_failed("send", said, exit_code=code, prefix=False, level=level, sent=sent, refused=refused)
 
 
 def _numbered(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:
@@ -143,5 +148,4 @@ def _numbered(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:
 
 
 def _refuse(message: str) -> int:
-    print(f"hotboard send: {escape(message)}", file=sys.stderr)
-    return EXIT_CONFIG
+    return logs.command_failed("send", escape(message), exit_code=EXIT_CONFIG)

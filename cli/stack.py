@@ -17,6 +17,7 @@ from cli.devstack import DevStack, require_free
 from cli.exits import EXIT_FAILED
 from cli.options import DefaultsFormatter
 from cli.process import LOOPBACK, Child, port_open, stop_all, url_answers
+from hotboard import logs
 from ingest.settings import WorkerSettings
 
 
@@ -153,8 +154,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     clean = {0, -signal.SIGTERM}
     failed = [f"{c.name} exited with {code}" for c, code in zip(started, codes, strict=True) if code not in clean]
     if failed:
-        print(f"demo stopped; {', '.join(failed)}", file=sys.stderr)
-        return EXIT_FAILED
+        return logs.command_failed("demo", f"demo stopped; {', '.join(failed)}", exit_code=EXIT_FAILED, prefix=False)
     print("demo stopped: every process exited cleanly.")
     return 0
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -14,7 +13,7 @@ from archive.redis_loss import RestoringWorker, restores
 from cli.exits import EXIT_CONFIG, EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
 from flusher.server import EvictionPolicyError
-from hotboard import redis_connect
+from hotboard import logs, redis_connect
 from ingest.kafka_config import KafkaUnavailable
 from ingest.settings import WorkerSettings
 from ingest.startup import OpsPortTaken, RedisUnavailable
@@ -59,6 +58,5 @@ def run_member(command: str, make: Callable[[], Member]) -> int:
         logging.getLogger("hotboard").error("%s", exc)
         return EXIT_UNAVAILABLE
     except (EvictionPolicyError, OpsPortTaken) as exc:
-        print(f"hotboard {command}: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return logs.command_failed(command, str(exc), exit_code=EXIT_CONFIG)
     return 0

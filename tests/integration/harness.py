@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -274,19 +274,41 @@ class WorkerProcess:
 
 
 class Feeder(threading.Thread):
-    """Publishes a fixed list of events at a bounded rate in the background (its own event loop)."""
+    """Publishes a fixed list of events at a bounded rate in the background (its own event loop). With
+    ``max_s`` it also stops ``max_s`` seconds after it started, and :meth:`stop` ends it early: a test that must
+    act while events flow gives it more events than it needs, stops it once it acted, and counts what it sent
+    (``finish().events``, a prefix of ``events``)."""
 
     def __init__(
-        self, kafka: str, topic: str, events: Sequence[Event] | Sequence[tuple[bytes, bytes]], rate: float
+        self,
+        kafka: str,
+        topic: str,
+        events: Sequence[Event] | Sequence[tuple[bytes, bytes]],
+        rate: float,
+        *,
+        max_s: float | None = None,
     ) -> None:
         super().__init__(daemon=True)
-        self.kafka, self.topic, self.events, self.rate = kafka, topic, events, rate
+        self.kafka, self.topic, self.events, self.rate, self.max_s = kafka, topic, events, rate, max_s
         self.stats: PublishStats | None = None
         self.error: BaseException | None = None
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        """Send no event after the one in hand; :meth:`finish` then returns how many were sent."""
+        self._halt.set()
+
+    def _until_stopped(self) -> Iterator[Event | tuple[bytes, bytes]]:
+        deadline = None if self.max_s is None else time.monotonic() + self.max_s
+        for item in self.events:
+            if self._halt.is_set() or (deadline is not None and time.monotonic() > deadline):
+                return
+            yield item
 
     def run(self) -> None:
+        events = cast("Iterable[Event]", self._until_stopped())  # one kind or the other, as given
         try:
-            self.stats = asyncio.run(publish(self.kafka, self.topic, self.events, rate=self.rate))
+            self.stats = asyncio.run(publish(self.kafka, self.topic, events, rate=self.rate))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread by finish()
             self.error = exc
 

@@ -37,6 +37,7 @@ from tests.integration.harness import (
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
+FEED_MAX_S = 60.0  # a feeder that outlasts its command stops by then at the latest (or when its events run out)
 
 
 def hotboard(*argv: str, env_of: WorkerProcess) -> subprocess.CompletedProcess[str]:
@@ -94,10 +95,10 @@ def test_delete_while_events_flow_keeps_only_later_events_through_a_replay(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
     topic = topic_factory(PARTITIONS)
-    events = mixed(("doomed", "kept"), 8000, seed=5)
+    events = mixed(("doomed", "kept"), 24_000, seed=5)  # at most 32 s of events: they flow until the delete returned
     worker = spawn(redis_server.url, topic)
     worker.wait_ready()
-    feeder = Feeder(kafka, topic, events, rate=1500)
+    feeder = Feeder(kafka, topic, events, rate=1500, max_s=FEED_MAX_S)
     feeder.start()
     wait_flushing(redis_server.url, "doomed", windows=3)
     assert feeder.is_alive(), "the events ran out before the delete: the test would prove nothing"
@@ -107,7 +108,8 @@ def test_delete_while_events_flow_keeps_only_later_events_through_a_replay(
     point = {int(p): o for p, o in answer["delete_point"].items()}
     assert answer["outcome"] == "deleted" and set(point) == set(range(PARTITIONS)) and min(point.values()) >= 0
     assert feeder.is_alive(), "the delete must land while events still flow"
-    feeder.finish()
+    feeder.stop()
+    events = events[: feeder.finish().events]
 
     def counts(e: Event, partition: int, offset: int) -> bool:
         return e.board != "doomed" or offset > point[partition]
@@ -128,11 +130,11 @@ def test_erase_while_events_flow_removes_the_player_through_a_replay(
     kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, spawn: Spawn
 ) -> None:
     topic = topic_factory(PARTITIONS)
-    others = mixed(("b",), 16_000, seed=7)
+    others = mixed(("b",), 48_000, seed=7)  # at most 32 s of events: they flow until the erase returned
     gone = [Event("b", "gone", 1000 + i, None, meta=b'{"name":"G"}') for i in range(50)]
     worker = spawn(redis_server.url, topic, window_ms=4000)  # long windows: the player's events wait in one
     worker.wait_ready()
-    feeder = Feeder(kafka, topic, others, rate=1500)
+    feeder = Feeder(kafka, topic, others, rate=1500, max_s=FEED_MAX_S)
     feeder.start()
     wait_flushing(redis_server.url, "b", windows=2)
     # the player's last events just before the erasure: still in a worker's window when the command starts
@@ -142,7 +144,8 @@ def test_erase_while_events_flow_removes_the_player_through_a_replay(
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"board": "b", "player": "gone", "outcome": "erased"}
     assert feeder.is_alive(), f"the erasure must land while events still flow ({time.monotonic() - started:.1f}s)"
-    feeder.finish()
+    feeder.stop()
+    others = others[: feeder.finish().events]
     expected = topic_totals(kafka, topic, len(others) + len(gone), lambda e, _p, _o: e.player != "gone")
     wait_exact(redis_server.url, expected)
     r = redis.Redis.from_url(redis_server.url)

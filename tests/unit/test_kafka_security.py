@@ -3,6 +3,8 @@ TLS through a proxy but cannot authenticate a SASL user), and secrets that never
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import ssl
 from pathlib import Path
 from typing import Any
@@ -11,8 +13,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import ValidationError
 
-from cli.main import build_parser
+from archive.audit import KafkaRange
+from archive.settings import ArchiverSettings
+from cli.main import build_parser, main
 from cli.options import settings_from
+from cli.removal import _log_end
 from hotboard.kafka_security import FileTokenProvider, client_kwargs
 from ingest.kafka_config import consumer_config, producer_config
 from ingest.settings import WorkerSettings
@@ -148,3 +153,40 @@ def test_produce_takes_the_security_options() -> None:
     args = build_parser().parse_args(["produce", *options])
     settings = settings_from(WorkerSettings, args)
     assert (settings.kafka_security_protocol, settings.kafka_ssl_check_hostname) == ("SSL", False)
+
+
+class Built(Exception):
+    """Raised by a stand-in aiokafka client: the keyword arguments a command built it with."""
+
+
+def _recorder(*_: object, **kwargs: Any) -> None:
+    raise Built(kwargs)
+
+
+@pytest.mark.parametrize(
+    ("module", "client", "argv"),
+    [
+        ("cli.dlq", "AIOKafkaConsumer", ["dlq"]),
+        ("cli.send", "AIOKafkaProducer", ["send", "--player", "p", "--delta", "1"]),
+        ("archive.audit", "AIOKafkaConsumer", ["audit"]),  # its KafkaRange, which rebuild reads through too
+        ("cli.log_ends", "AIOKafkaConsumer", ["rebuild", "--all"]),
+        ("cli.log_ends", "AIOKafkaConsumer", ["boards", "delete", "b"]),  # the delete point, erase's mark
+    ],
+)
+def test_every_other_kafka_client_carries_the_same_security(
+    module: str, client: str, argv: list[str], certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tls: dict[str, Any] = {"kafka_security_protocol": "SASL_SSL", "kafka_sasl_mechanism": "SCRAM-SHA-512"}
+    tls |= {"kafka_sasl_username": "hotboard", "kafka_sasl_password": SECRET, "kafka_ssl_cafile": str(certs.ca)}
+    options = [arg for name, value in tls.items() for arg in ("--" + name.replace("_", "-"), value)]
+    monkeypatch.setattr(importlib.import_module(module), client, _recorder)
+    with pytest.raises(Built) as built:
+        if argv[0] == "audit":
+            KafkaRange(ArchiverSettings(**tls))
+        elif argv[0] == "boards":
+            asyncio.run(_log_end(build_parser().parse_args([*argv, *options])))
+        else:
+            main([*argv, *options])
+    config = built.value.args[0]
+    assert _without_context(config) | _without_context(client_kwargs(WorkerSettings(**tls))) == _without_context(config)
+    assert isinstance(config["ssl_context"], ssl.SSLContext)
