@@ -6,6 +6,7 @@ recomputed from the load generator's seed."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -16,8 +17,9 @@ import pytest
 import redis
 from aiokafka.partitioner import DefaultPartitioner
 
-from cli.devstack import RedisServer, free_port, port_open
+from cli.devstack import RedisServer
 from cli.loadgen import board_names, generate
+from cli.process import LOOPBACK, bind_error, free_port, port_open
 from hotboard import keys
 from tests.integration.harness import Totals, read_boards, totals_of
 
@@ -56,11 +58,22 @@ def applied_events(checkpoints: dict[int, int]) -> Totals:
     raise AssertionError("unreachable")
 
 
+def _bindable_block(n: int) -> int:
+    """The first of ``n`` consecutive ports that can all be bound now, below Linux's ephemeral range (32768 on):
+    the demo binds the second worker's and the API's metrics ports (+1, +2) only after its Kafka and Redis
+    clients opened connections, and an ephemeral port can be any client's source port by then."""
+    rng = random.Random(os.getpid())
+    for _ in range(200):
+        base = rng.randrange(20_000, 32_000 - n)
+        if all(bind_error(LOOPBACK, port) is None for port in range(base, base + n)):
+            return base
+    raise AssertionError(f"no {n} consecutive free ports below 32000")
+
+
 def test_ctrl_c_in_a_terminal_drains_the_workers_and_the_boards_hold_what_was_applied(tmp_path: Path) -> None:
-    ports = {name: free_port() for name in ("kafka", "redis", "api", "metrics")}
-    ports |= {"metrics2": ports["metrics"] + 1, "api-metrics": ports["metrics"] + 2}
-    if any(port_open(ports[name]) for name in ("metrics2", "api-metrics")):
-        pytest.skip("metrics+1 or +2 port busy")
+    base = _bindable_block(6)  # below the ephemeral range: no outgoing connection takes one meanwhile
+    names = ("kafka", "redis", "api", "metrics", "metrics2", "api-metrics")
+    ports = dict(zip(names, range(base, base + 6), strict=True))
     data = tmp_path / "demo"
     command = [sys.executable, "-m", "cli.main", "demo", "--rate", "1500", "--players", str(PLAYERS)]
     command += ["--boards", str(BOARDS), "--data-dir", str(data)]
