@@ -62,11 +62,17 @@ def test_the_api_logs_in_as_a_read_only_redis_user_in_both_deploys() -> None:
     instructions and in the compose stack's ACL file (tests/integration/test_reader_readonly.py runs the API on
     them against a real redis-server)."""
     readme = (DEPLOY / "k8s" / "README.md").read_text()
-    (k8s_line,) = [line.strip() for line in readme.splitlines() if line.strip().startswith("ACL SETUSER hotboard-api ")]
+    setuser = [line.strip() for line in readme.splitlines() if line.strip().startswith("ACL SETUSER hotboard-api ")]
+    k8s_line, cluster_line = setuser  # one Redis, then a Redis Cluster
     acl = (DEPLOY / "compose" / "secrets" / "redis-users.acl").read_text().splitlines()
     (compose_line,) = [line for line in acl if line.startswith("user hotboard-api ")]
     read_only = ["on", "~hb:*", "+@read", "+@scripting", "-@write"]
     assert _rules(k8s_line.removeprefix("ACL ")) == read_only  # "SETUSER hotboard-api rules..."
     assert _rules(compose_line) == read_only
+    # on a Redis Cluster, what redis-py's cluster client sends (tests/integration/test_cluster_readonly_user.py)
+    cluster_extra = ["+cluster|slots", "+command", "+readonly", "+asking"]
+    assert _rules(cluster_line.removeprefix("ACL ")) == [*read_only, *cluster_extra]
+    for rule in cluster_extra:
+        assert f"- `{rule}`: " in readme, rule  # each one's reason
     assert (DEPLOY / "compose" / "secrets" / "redis-api-url").read_text().startswith("redis://hotboard-api:")
     assert "api-url='redis://hotboard-api:" in readme
