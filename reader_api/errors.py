@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
@@ -19,6 +19,10 @@ from starlette.responses import Response
 from starlette.types import ExceptionHandler
 
 from reader_api.answers import ErrorBody
+
+#: What reading Redis raises when it cannot answer: its errors, a socket's, and redis-py's cluster client's own
+#: (no seed or node answers, or ``CLUSTER SLOTS`` is refused: not a ``RedisError``). Each is a 503, never a 500.
+REDIS_FAILURES: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
 
 log = logging.getLogger("hotboard.api")
 
@@ -107,7 +111,6 @@ def handlers(retry_after_s: int) -> dict[type[Exception], ExceptionHandler]:
     return {
         ApiError: on_api_error,
         StarletteHTTPException: on_http,
-        RedisError: on_redis,
-        OSError: on_redis,
+        **dict.fromkeys(REDIS_FAILURES, on_redis),
         Exception: on_unexpected,
     }

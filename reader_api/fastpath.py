@@ -18,11 +18,10 @@ import time
 from collections.abc import Callable
 from operator import itemgetter
 
-from redis.exceptions import RedisError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from reader_api.errors import JSON, ApiError, api_failure, internal_failure, redis_failure
+from reader_api.errors import JSON, REDIS_FAILURES, ApiError, api_failure, internal_failure, redis_failure
 from reader_api.metrics import ApiMetrics
 from reader_api.routes import ENDPOINTS
 
@@ -123,7 +122,7 @@ class FastPath:
             return await _ASK[route](scope["app"].state.reader, params, query)
         except ApiError as exc:
             return api_failure(exc, self.retry_after_s)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             return redis_failure(exc, self.retry_after_s)
         except Exception:  # noqa: BLE001 - as the app's last handler: logged there, a counted JSON 500
             return internal_failure(scope["path"])

@@ -27,13 +27,12 @@ from typing import Any, Protocol
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from redis.exceptions import RedisError
 
 from hotboard import keys
 from hotboard.redis_client import Client
 from hotboard.script import rerun_unknown
 from reader_api.answers import ErrorBody
-from reader_api.errors import ApiError
+from reader_api.errors import REDIS_FAILURES, ApiError
 from reader_api.snapshot import Call
 from reader_api.stream_settings import StreamSettings
 
@@ -238,7 +237,7 @@ class Streams:
                 try:
                     await self.poll(board)
                     failures = 0
-                except (RedisError, OSError) as exc:
+                except REDIS_FAILURES as exc:
                     failures += 1
                     log.warning("streams of board %r unreadable: %r", board.name, exc)
                 except Exception:  # a reply no question could parse: its streams wait, backed off, not orphaned

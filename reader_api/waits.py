@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from hotboard import keys, lua_reads
 from hotboard.redis_client import Client
 from hotboard.script import Script
+from reader_api.errors import REDIS_FAILURES
 from reader_api.snapshot import board_keys
 from reader_api.tokens import Marks
 
@@ -104,7 +103,7 @@ class Watermarks:
         acknowledgement comes after their window was applied, and the first poll sees them covered."""
         try:
             reply = await _MARKS(self._redis, _keys(board), [0])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             log.warning("version of board %s unreadable: %r", board, exc)
             return None
         return _int(reply[0])
@@ -142,7 +141,7 @@ class Watermarks:
             try:
                 await self._tick(board, entry)
                 failures = 0
-            except (RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 failures += 1
                 log.warning("watermarks of board %s unreadable: %r", board, exc)
             await asyncio.sleep(self.poll_s * min(_MAX_BACKOFF_POLLS, 2**failures))

@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import orjson
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -33,7 +32,7 @@ from reader_api import tokens, write_bodies
 from reader_api.answers import ScoreAccepted, ScoreAfterWrite, WriteAnswer
 from reader_api.auth import RateLimiter, WriteAuth, Writer, load_tokens
 from reader_api.consistency import wait_ms_param
-from reader_api.errors import JSON, ApiError, invalid
+from reader_api.errors import JSON, REDIS_FAILURES, ApiError, invalid
 from reader_api.idempotency import Answer, Claim, Idempotency, fingerprint
 from reader_api.params import check_board, check_player
 from reader_api.producer import EventProducer, KafkaUnavailable, OutcomeUnknown
@@ -207,7 +206,7 @@ class Writes:
             if not refused:
                 return judged
             found.update(await self.reader.definitions.lookup(refused, fresh=True))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             log.warning("definitions unreadable (%s): events judged by the codec alone", type(exc).__name__)
             return parsed
         return write_bodies.judge(parsed, found)
@@ -241,7 +240,7 @@ class Writes:
                 write_bodies.judge_score(value, (await self.reader.definitions.lookup([board]))[board])
             except ApiError:  # refused on a cached definition: refused only on a fresh read of it
                 write_bodies.judge_score(value, (await self.reader.definitions.lookup([board], fresh=True))[board])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             log.warning("definition of %s unreadable (%s): judged by the codec alone", board, type(exc).__name__)
 
     async def score(self, request: Request, writer: Writer, body: bytes, progress: Progress) -> Answer:
