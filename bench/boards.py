@@ -233,8 +233,23 @@ async def check_totals(redis: Redis, key: Callable[[str], str], rounds: list[lis
         assert got == want[board], (board, got, want[board])
 
 
+async def redis_cpu(redis: Redis) -> float:
+    """CPU seconds of Redis's main thread so far: unlike the script time, not inflated while the shared machine
+    keeps the server off its core."""
+    cpu = await redis.info("cpu")
+    return float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
+
+
+async def timed(redis: Redis, window: Awaitable[float]) -> list[float]:
+    """[wall, seconds in scripts, Redis CPU seconds] of one window's flush (``window`` answers its wall time)."""
+    await redis.config_resetstat()
+    cpu = await redis_cpu(redis)
+    wall = await window
+    return [wall, await script_seconds(redis), await redis_cpu(redis) - cpu]
+
+
 async def run_shipped(redis: Redis, rounds: list[list[BoardBatch]], cuts: list[tuple[str, str]]) -> list[float]:
-    """FLUSH with ``cuts`` through the worker's sink: [wall, Redis] seconds of the first window, then the update."""
+    """FLUSH with ``cuts`` through the worker's sink: the figures of the first window, then the update's."""
     text = lua.FLUSH
     for old, new in cuts:
         assert old in text, f"FLUSH changed: {old!r} is gone, update bench.boards.VARIANTS"
@@ -243,37 +258,40 @@ async def run_shipped(redis: Redis, rounds: list[list[BoardBatch]], cuts: list[t
     redis_sink._FLUSH = Script(text)  # bench-only: the sink runs the variant
     sink = RedisSink(redis, "bench")
     marks: dict[tuple[str, int], int] = {}
-    out: list[float] = []
-    for batches in rounds:
-        await redis.config_resetstat()
+
+    async def window(batches: list[BoardBatch]) -> float:
         started = time.perf_counter()
         results = await sink.flush(batches, marks_of(marks))
-        out += (time.perf_counter() - started, await script_seconds(redis))
+        seconds = time.perf_counter() - started
         assert all(r.outcome.value == "applied" for r in results)
         for batch in batches:
             for p, off in batch.offsets.items():
                 marks[batch.board, p] = off
+        return seconds
+
+    out = [x for batches in rounds for x in await timed(redis, window(batches))]
     redis_sink._FLUSH = Script(lua.FLUSH)
     await check_totals(redis, keys.board_key, rounds)
     return out
 
 
-async def run_layout(redis: Redis, rounds: list[list[BoardBatch]], layout: board_layouts.Layout) -> list[float]:
-    out: list[float] = []
-    for batches in rounds:
-        await redis.config_resetstat()
+async def run_layout(
+    redis: Redis, rounds: list[list[BoardBatch]], make: Callable[[], board_layouts.Layout]
+) -> list[float]:
+    layout = make()  # its own watermarks, from none: the server was emptied
+
+    async def window(batches: list[BoardBatch]) -> float:
         seconds, results = await layout.flush(redis, batches)
-        out += (seconds, await script_seconds(redis))
         assert len(results) == len(batches) and all(r.outcome is Outcome.APPLIED for r in results)
+        return seconds
+
+    out = [x for batches in rounds for x in await timed(redis, window(batches))]
     await check_totals(redis, lambda b: f"{layout.prefix}:{{{b}}}", rounds)
     return out
 
 
 async def run_floor(redis: Redis, rounds: list[list[BoardBatch]]) -> list[float]:
-    out: list[float] = []
-    for batches in rounds:
-        await redis.config_resetstat()
-        out += (await bare_flush(redis, batches), await script_seconds(redis))
+    out = [x for batches in rounds for x in await timed(redis, bare_flush(redis, batches))]
     await check_totals(redis, lambda b: f"bare:{{{b}}}", rounds)
     return out
 
@@ -283,28 +301,27 @@ async def breakdown(url: str, args: argparse.Namespace) -> None:
     rounds = [fold(records(args.boards, args.players, args.partitions, r), args.boards).batches(4000) for r in (0, 1)]
     for text in (BARE, *board_layouts.SCRIPTS):
         await redis.script_load(text)
-    print(
-        "where the window's Redis time goes (each on an emptied server, first window then update; totals checked; "
-        "/ floor: the update's wall and script time over the floor's of the same pass):"
-    )
     sizes = [len(g) for g in board_layouts.groups_of(rounds[1])]
-    print(f"  (b)'s {len(sizes)} groups (one call each) hold {min(sizes):,}-{max(sizes):,} boards")
+    print(
+        "where the window's Redis time goes: each variant on an emptied server right after the floor (bare\n"
+        "ZINCRBYs, 1,000 boards per call) on an emptied server, every board's totals checked after both;\n"
+        f"(b)'s {len(sizes)} groups (one call each) hold {min(sizes):,}-{max(sizes):,} boards. Seconds: wall, in "
+        "scripts (INFO commandstats), Redis main-thread CPU; / floor: the update's over the floor's just before\n"
+        f"  {'':<48} {'first window':^17} | {'update window':^17} | {'update / floor':^14}"
+    )
+    layouts: list[type[board_layouts.Layout]] = [board_layouts.PerBoard, board_layouts.PerCall]
+    entries = [(name, partial(run_shipped, redis, rounds, cuts)) for name, cuts in VARIANTS.items()]
+    entries += [(layout.name, partial(run_layout, redis, rounds, layout)) for layout in layouts]
     for pass_no in (1, 2):  # twice, interleaved: this machine drifts
-        floor: list[float] = []
-        entries: list[tuple[str, Callable[[], Awaitable[list[float]]]]] = [
-            ("floor (bare ZINCRBYs, 1,000 boards per call)", partial(run_floor, redis, rounds))
-        ]
-        entries += [(name, partial(run_shipped, redis, rounds, cuts)) for name, cuts in VARIANTS.items()]
-        layouts: list[board_layouts.Layout] = [board_layouts.PerBoard(), board_layouts.PerCall()]
-        entries += [(layout.name, partial(run_layout, redis, rounds, layout)) for layout in layouts]
         for name, run in entries:
             await redis.flushall()
-            f0, r0, f1, r1 = await run()
-            floor = floor or [f1, r1]
-            print(
-                f"  pass {pass_no}, {name}: first {f0:.2f} s ({r0:.2f} s in scripts), update {f1:.2f} s "
-                f"({r1:.2f} s in scripts); / floor {f1 / floor[0]:.2f} wall, {r1 / floor[1]:.2f} scripts"
-            )
+            floor = await run_floor(redis, rounds)
+            await redis.flushall()
+            got = await run()
+            for label, row in (("floor, just before", floor), (f"{name} (pass {pass_no})", got)):
+                cells = " ".join(f"{x:5.2f}" for x in row[:3]) + " | " + " ".join(f"{x:5.2f}" for x in row[3:])
+                ratios = " ".join(f"{x / f:4.2f}" for x, f in zip(row[3:], floor[3:], strict=True))
+                print(f"  {label:<48} {cells} | {ratios}")
     await redis.aclose()
 
 
