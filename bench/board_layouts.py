@@ -141,9 +141,15 @@ redis.call('HSET', book_key, unpack(marks))
 return out
 """
 
-_PER_BOARD = Script(PER_BOARD)
+#: (a) with its two hash calls cut (attribution only: no fence, nothing kept): what (a) costs besides them, its
+#: arguments and Lua work per board. It "holds" the expected watermarks, so it applies every window.
+PER_BOARD_NO_HASH = PER_BOARD.replace(
+    "local held = redis.call('HMGET', book_key, unpack(fields))",
+    "local held = {}\n  for i = 0, n - 1 do held[i + 1] = ARGV[a + 3 + 3 * i] end",
+).replace("redis.call('HSET', book_key, unpack(marks))", "")
+
 _PER_CALL = Script(PER_CALL)
-SCRIPTS = (PER_BOARD, PER_CALL)
+SCRIPTS = (PER_BOARD, PER_CALL, PER_BOARD_NO_HASH)
 #: Boards per call, as the sink's MAX_GROUP.
 GROUP = 1000
 _FIELDS = {p: f"bench:{p}" for p in range(1024)}
@@ -164,12 +170,13 @@ class PerBoard:
 
     name = "(a) one bookkeeping hash per board"
     prefix = "la"
+    script = Script(PER_BOARD)
 
     def __init__(self) -> None:
         self.marks: dict[tuple[str, int], int] = {}
 
     async def flush(self, redis: Redis, batches: list[BoardBatch]) -> tuple[float, list[BoardResult]]:
-        marks = self.marks
+        marks, script = self.marks, self.script
 
         def commands() -> Iterator[bytes]:
             for i in range(0, len(batches), GROUP):
@@ -183,7 +190,7 @@ class PerBoard:
                         args += (_FIELDS[p], marks.get((board, p), -1), off)
                     args += (0, 2 * len(batch.deltas))
                     args.extend(chain.from_iterable(batch.deltas.items()))
-                yield _PER_BOARD.packed(keys_, args)
+                yield script.packed(keys_, args)
 
         started = time.perf_counter()
         replies = await wire.stream(redis, commands())
@@ -199,6 +206,13 @@ class PerBoard:
             for p, off in batch.offsets.items():
                 marks[batch.board, p] = off
         return seconds, results
+
+
+class PerBoardNoHash(PerBoard):
+    """(a) without its HMGET and HSET: attribution only."""
+
+    name = "(a) without its HMGET/HSET (no fence!)"
+    script = Script(PER_BOARD_NO_HASH)
 
 
 def groups_of(batches: list[BoardBatch]) -> list[list[BoardBatch]]:

@@ -309,7 +309,11 @@ async def breakdown(url: str, args: argparse.Namespace) -> None:
         "scripts (INFO commandstats), Redis main-thread CPU; / floor: the update's over the floor's just before\n"
         f"  {'':<48} {'first window':^17} | {'update window':^17} | {'update / floor':^14}"
     )
-    layouts: list[type[board_layouts.Layout]] = [board_layouts.PerBoard, board_layouts.PerCall]
+    layouts: list[type[board_layouts.Layout]] = [
+        board_layouts.PerBoard,
+        board_layouts.PerBoardNoHash,
+        board_layouts.PerCall,
+    ]
     entries = [(name, partial(run_shipped, redis, rounds, cuts)) for name, cuts in VARIANTS.items()]
     entries += [(layout.name, partial(run_layout, redis, rounds, layout)) for layout in layouts]
     for pass_no in (1, 2):  # twice, interleaved: this machine drifts
