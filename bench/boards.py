@@ -12,7 +12,9 @@ Prints, for one window that touches every board (``--boards`` x ``--players`` ev
 - ``GET /v1/boards``'s page read (``board_store.readable_page``, 100 names) with that many boards registered;
 - with ``--breakdown``, where Redis's time goes: the update window flushed again on an emptied server by the
   shipped FLUSH script, by one without the definition check, and by one without the meta hash (no version,
-  no ``as_of``: one key fewer per board). The variants are measurements only: each drops a guarantee.
+  no ``as_of``: one key fewer per board), and by the two candidate layouts of :mod:`bench.board_layouts` (one
+  bookkeeping hash per board; one per script call), each beside the floor measured in the same pass, twice. The
+  variants are measurements only: each drops a guarantee.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import resource
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from itertools import chain
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,11 +35,12 @@ import orjson
 from hiredis import pack_command
 from redis.asyncio import Redis
 
+from bench import board_layouts
 from cli.devstack import RedisServer, free_port
 from flusher import redis_sink, wire
-from flusher.batch import BoardBatch
+from flusher.batch import BoardBatch, Outcome
 from flusher.redis_sink import RedisSink
-from hotboard import board_store, lua
+from hotboard import board_store, keys, lua
 from hotboard.boards import DEFAULT
 from hotboard.codec import Decoder
 from hotboard.script import Script
@@ -200,7 +204,8 @@ VARIANTS = {
     "as shipped": [],
     "without the definition check": [("local spec = redis.call('HGET', def_key, 'spec')", "local spec = want")],
     "without the meta hash (version, as_of)": [
-        ("local version = redis.call('HINCRBY', meta_key, 'version', 1)", "local version = 1"),
+        # version 0: nor the deleted-version lookup a new meta (version 1) makes
+        ("local version, reborn = redis.call('HINCRBY', meta_key, 'version', 1), 0", "local version, reborn = 0, 0"),
         ("redis.call('HSET', meta_key, 'as_of', now)", ""),
     ],
 }
@@ -210,31 +215,117 @@ def marks_of(marks: dict[tuple[str, int], int]) -> Callable[[str, int], int]:
     return lambda board, partition: marks.get((board, partition), -1)
 
 
+async def check_totals(redis: Redis, key: Callable[[str], str], rounds: list[list[BoardBatch]]) -> None:
+    """Every board's totals after the windows are the sum of its players' deltas (each variant wrote exactly
+    the ZINCRBYs of the shipped flush), read back with one ZRANGE per board in one round trip."""
+    want: dict[str, dict[str, int]] = {}
+    for batches in rounds:
+        for batch in batches:
+            mine = want.setdefault(batch.board, {})
+            for player, delta in batch.deltas.items():
+                mine[player] = mine.get(player, 0) + delta
+    boards = list(want)
+    reads = (pack_command(("ZRANGE", key(b), 0, -1, "WITHSCORES")) for b in boards)  # type: ignore[arg-type]
+    replies = await wire.stream(redis, reads)
+    for board, reply in zip(boards, replies, strict=True):
+        pairs = reply if reply and isinstance(reply[0], list) else zip(reply[::2], reply[1::2], strict=True)
+        got = {member.decode(): int(float(score)) for member, score in pairs}
+        assert got == want[board], (board, got, want[board])
+
+
+async def redis_cpu(redis: Redis) -> float:
+    """CPU seconds of Redis's main thread so far: unlike the script time, not inflated while the shared machine
+    keeps the server off its core."""
+    cpu = await redis.info("cpu")
+    return float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
+
+
+async def timed(redis: Redis, window: Awaitable[float]) -> list[float]:
+    """[wall, seconds in scripts, Redis CPU seconds] of one window's flush (``window`` answers its wall time)."""
+    await redis.config_resetstat()
+    cpu = await redis_cpu(redis)
+    wall = await window
+    return [wall, await script_seconds(redis), await redis_cpu(redis) - cpu]
+
+
+async def run_shipped(redis: Redis, rounds: list[list[BoardBatch]], cuts: list[tuple[str, str]]) -> list[float]:
+    """FLUSH with ``cuts`` through the worker's sink: the figures of the first window, then the update's."""
+    text = lua.FLUSH
+    for old, new in cuts:
+        assert old in text, f"FLUSH changed: {old!r} is gone, update bench.boards.VARIANTS"
+        text = text.replace(old, new)
+    await redis.script_load(text)
+    redis_sink._FLUSH = Script(text)  # bench-only: the sink runs the variant
+    sink = RedisSink(redis, "bench")
+    marks: dict[tuple[str, int], int] = {}
+
+    async def window(batches: list[BoardBatch]) -> float:
+        started = time.perf_counter()
+        results = await sink.flush(batches, marks_of(marks))
+        seconds = time.perf_counter() - started
+        assert all(r.outcome.value == "applied" for r in results)
+        for batch in batches:
+            for p, off in batch.offsets.items():
+                marks[batch.board, p] = off
+        return seconds
+
+    out = [x for batches in rounds for x in await timed(redis, window(batches))]
+    redis_sink._FLUSH = Script(lua.FLUSH)
+    await check_totals(redis, keys.board_key, rounds)
+    return out
+
+
+async def run_layout(
+    redis: Redis, rounds: list[list[BoardBatch]], make: Callable[[], board_layouts.Layout]
+) -> list[float]:
+    layout = make()  # its own watermarks, from none: the server was emptied
+
+    async def window(batches: list[BoardBatch]) -> float:
+        seconds, results = await layout.flush(redis, batches)
+        assert len(results) == len(batches) and all(r.outcome is Outcome.APPLIED for r in results)
+        return seconds
+
+    out = [x for batches in rounds for x in await timed(redis, window(batches))]
+    await check_totals(redis, lambda b: f"{layout.prefix}:{{{b}}}", rounds)
+    return out
+
+
+async def run_floor(redis: Redis, rounds: list[list[BoardBatch]]) -> list[float]:
+    out = [x for batches in rounds for x in await timed(redis, bare_flush(redis, batches))]
+    await check_totals(redis, lambda b: f"bare:{{{b}}}", rounds)
+    return out
+
+
 async def breakdown(url: str, args: argparse.Namespace) -> None:
     redis = Redis.from_url(url)
-    print("where the update window's Redis time goes (each variant on an emptied server, first window then update):")
-    for name, cuts in [*VARIANTS.items(), *VARIANTS.items()]:  # twice, interleaved: this machine drifts
-        text = lua.FLUSH
-        for old, new in cuts:
-            assert old in text, f"FLUSH changed: {old!r} is gone, update bench.boards.VARIANTS"
-            text = text.replace(old, new)
-        await redis.flushall()
+    rounds = [fold(records(args.boards, args.players, args.partitions, r), args.boards).batches(4000) for r in (0, 1)]
+    for text in (BARE, *board_layouts.SCRIPTS):
         await redis.script_load(text)
-        redis_sink._FLUSH = Script(text)  # bench-only: the sink runs the variant
-        sink = RedisSink(redis, "bench")
-        marks: dict[tuple[str, int], int] = {}
-        for round_no in range(2):
-            batches = fold(records(args.boards, args.players, args.partitions, round_no), args.boards).batches(4000)
-            await redis.config_resetstat()
-            started = time.perf_counter()
-            results = await sink.flush(batches, marks_of(marks))
-            flushed = time.perf_counter() - started
-            assert all(r.outcome.value == "applied" for r in results)
-            for batch in batches:
-                for p, off in batch.offsets.items():
-                    marks[batch.board, p] = off
-        print(f"  {name}: update flush {flushed:.2f} s, {await script_seconds(redis):.2f} s in Redis's scripts")
-    redis_sink._FLUSH = Script(lua.FLUSH)
+    sizes = [len(g) for g in board_layouts.groups_of(rounds[1])]
+    print(
+        "where the window's Redis time goes: each variant on an emptied server right after the floor (bare\n"
+        "ZINCRBYs, 1,000 boards per call) on an emptied server, every board's totals checked after both;\n"
+        f"(b)'s {len(sizes)} groups (one call each) hold {min(sizes):,}-{max(sizes):,} boards. Seconds: wall, in "
+        "scripts (INFO commandstats), Redis main-thread CPU; / floor: the update's over the floor's just before\n"
+        f"  {'':<48} {'first window':^17} | {'update window':^17} | {'update / floor':^14}"
+    )
+    layouts: list[type[board_layouts.Layout]] = [
+        board_layouts.PerBoard,
+        board_layouts.PerBoardNoHash,
+        board_layouts.PerCall,
+    ]
+    entries = [(name, partial(run_shipped, redis, rounds, cuts)) for name, cuts in VARIANTS.items()]
+    entries += [(layout.name, partial(run_layout, redis, rounds, layout)) for layout in layouts]
+    for pass_no in (1, 2):  # twice, interleaved: this machine drifts
+        for name, run in entries:
+            await redis.flushall()
+            floor = await run_floor(redis, rounds)
+            await redis.flushall()
+            got = await run()
+            for label, row in (("floor, just before", floor), (f"{name} (pass {pass_no})", got)):
+                cells = " ".join(f"{x:5.2f}" for x in row[:3]) + " | " + " ".join(f"{x:5.2f}" for x in row[3:])
+                ratios = " ".join(f"{x / f:4.2f}" for x, f in zip(row[3:], floor[3:], strict=True))
+                print(f"  {label:<48} {cells} | {ratios}")
     await redis.aclose()
 
 
@@ -243,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--boards", type=int, default=100_000)
     ap.add_argument("--players", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument("--breakdown", action="store_true", help="also measure FLUSH without parts of its bookkeeping")
+    ap.add_argument(
+        "--breakdown", action="store_true", help="FLUSH without parts of its bookkeeping, and two other layouts"
+    )
     ap.add_argument("--cluster", action="store_true", help="then the same window and one hot board on a cluster")
     ap.add_argument("--hot-events", type=int, default=300_000, help="--cluster: events per window of the hot board")
     ap.add_argument("--hot-players", type=int, default=30_000, help="--cluster: players of the hot board")

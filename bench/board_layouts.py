@@ -1,0 +1,274 @@
+"""Two candidate bookkeeping layouts for many small boards, as bench-only Lua (``python -m bench.boards
+--breakdown`` runs them beside the shipped FLUSH and the scripted floor). Neither is a product script: each
+measures what a layout change would buy, and each leaves out guarantees the shipped one keeps (see
+docs/benchmarks.md, "Many small boards").
+
+- **(a) one bookkeeping hash per board** (``la:{B}:book``): the board's watermarks, ``version``, ``as_of`` and a
+  definition ``epoch`` in one hash. Per board: one HMGET (the watermark fields, version, epoch), the compare,
+  the ZINCRBYs, one HSET (the new watermarks, version + 1, as_of). Two keys per board instead of four.
+- **(b) bookkeeping per script call** (the per-slot idea on one node): boards grouped by a hash of their name
+  into groups of about 1,000 (one group = one call, as one slot would be); one shared hash per group
+  (``lb:book:{g}``) holds the group's watermark per partition, one version and one definition epoch: one HMGET
+  and one HSET per call, and only the ZINCRBYs per board.
+
+Both do the shipped FLUSH's saturation check (totals held at +-MAX_EXACT) and answer what the sink would need.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Iterator
+from itertools import chain
+from typing import Any, Protocol
+
+from redis.asyncio import Redis
+
+from flusher import wire
+from flusher.batch import BoardBatch, BoardResult, Outcome
+from hotboard.keys import MAX_EXACT
+from hotboard.script import Script
+
+#: (a) KEYS per board: its sorted set, its bookkeeping hash. ARGV per board: n, n triples (watermark field,
+#: expected, new), the definition epoch the window was folded under, m, then m player/delta arguments.
+#: Answers per board what FLUSH answers: {0, version, saturated, 0}, {1} (already applied), {-1, current...}
+#: (fenced) or {-2, epoch} (redefined).
+PER_BOARD = f"""
+local max = {MAX_EXACT}
+local out, now = {{}}, nil
+local k, a = 0, 0
+while a < #ARGV do
+  local board_key, book_key = KEYS[k + 1], KEYS[k + 2]
+  local n = tonumber(ARGV[a + 1])
+  local epoch_at = a + 2 + 3 * n
+  local own = epoch_at + 1
+  local last = own + tonumber(ARGV[own])
+  local fields = {{}}
+  for i = 0, n - 1 do fields[i + 1] = ARGV[a + 2 + 3 * i] end
+  fields[n + 1], fields[n + 2] = 'version', 'epoch'
+  local held = redis.call('HMGET', book_key, unpack(fields))
+  local fenced, already, current = false, true, {{}}
+  for i = 0, n - 1 do
+    local at = a + 2 + 3 * i
+    local cur = held[i + 1] or '-1'
+    current[i + 1] = cur
+    if cur ~= ARGV[at + 1] then fenced = true end
+    if cur ~= ARGV[at + 2] then already = false end
+  end
+  if fenced then
+    if already then out[#out + 1] = {{1}} else table.insert(current, 1, -1); out[#out + 1] = current end
+  elseif (held[n + 2] or '0') ~= ARGV[epoch_at] then
+    out[#out + 1] = {{-2, held[n + 2] or '0'}}
+  else
+    local saturated = 0
+    for i = own + 1, last - 1, 2 do
+      local player = ARGV[i]
+      local total = tonumber(redis.call('ZINCRBY', board_key, ARGV[i + 1], player))
+      if total > max then redis.call('ZADD', board_key, max, player); saturated = saturated + 1
+      elseif total < -max then redis.call('ZADD', board_key, -max, player); saturated = saturated + 1 end
+    end
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local version = tonumber(held[n + 1] or '0') + 1
+    local marks = {{}}
+    for i = 0, n - 1 do
+      local at = a + 2 + 3 * i
+      marks[2 * i + 1], marks[2 * i + 2] = ARGV[at], ARGV[at + 2]
+    end
+    marks[2 * n + 1], marks[2 * n + 2], marks[2 * n + 3], marks[2 * n + 4] = 'version', version, 'as_of', now
+    redis.call('HSET', book_key, unpack(marks))
+    out[#out + 1] = {{0, version, saturated, 0}}
+  end
+  k, a = k + 2, last
+end
+return out
+"""
+
+#: (b) KEYS: the group's bookkeeping hash, then each board's sorted set. ARGV: n, n triples (watermark field,
+#: the group's expected watermark, its new one), the group's definition epoch, then per board m and m
+#: player/delta arguments. Answers {0, version, saturated board indexes (1-based)...}, {1}, {-1, current...} or
+#: {-2, epoch} for the whole group.
+PER_CALL = f"""
+local max = {MAX_EXACT}
+local book_key = KEYS[1]
+local n = tonumber(ARGV[1])
+local epoch_at = 2 + 3 * n
+local fields = {{}}
+for i = 0, n - 1 do fields[i + 1] = ARGV[2 + 3 * i] end
+fields[n + 1], fields[n + 2] = 'version', 'epoch'
+local held = redis.call('HMGET', book_key, unpack(fields))
+local fenced, already, current = false, true, {{}}
+for i = 0, n - 1 do
+  local at = 2 + 3 * i
+  local cur = held[i + 1] or '-1'
+  current[i + 1] = cur
+  if cur ~= ARGV[at + 1] then fenced = true end
+  if cur ~= ARGV[at + 2] then already = false end
+end
+if fenced then
+  if already then return {{1}} end
+  table.insert(current, 1, -1)
+  return current
+end
+if (held[n + 2] or '0') ~= ARGV[epoch_at] then return {{-2, held[n + 2] or '0'}} end
+local version = tonumber(held[n + 1] or '0') + 1
+local out = {{0, version}}
+local a = epoch_at + 1
+for k = 2, #KEYS do
+  local board_key = KEYS[k]
+  local stop = a + tonumber(ARGV[a])
+  local hit = false
+  for i = a + 1, stop, 2 do
+    local player = ARGV[i]
+    local total = tonumber(redis.call('ZINCRBY', board_key, ARGV[i + 1], player))
+    if total > max then redis.call('ZADD', board_key, max, player); hit = true
+    elseif total < -max then redis.call('ZADD', board_key, -max, player); hit = true end
+  end
+  if hit then out[#out + 1] = k - 1 end
+  a = stop + 1
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local marks = {{}}
+for i = 0, n - 1 do
+  local at = 2 + 3 * i
+  marks[2 * i + 1], marks[2 * i + 2] = ARGV[at], ARGV[at + 2]
+end
+marks[2 * n + 1], marks[2 * n + 2], marks[2 * n + 3], marks[2 * n + 4] = 'version', version, 'as_of', now
+redis.call('HSET', book_key, unpack(marks))
+return out
+"""
+
+#: (a) with its two hash calls cut (attribution only: no fence, nothing kept): what (a) costs besides them, its
+#: arguments and Lua work per board. It "holds" the expected watermarks, so it applies every window.
+PER_BOARD_NO_HASH = PER_BOARD.replace(
+    "local held = redis.call('HMGET', book_key, unpack(fields))",
+    "local held = {}\n  for i = 0, n - 1 do held[i + 1] = ARGV[a + 3 + 3 * i] end",
+).replace("redis.call('HSET', book_key, unpack(marks))", "")
+
+_PER_CALL = Script(PER_CALL)
+SCRIPTS = (PER_BOARD, PER_CALL, PER_BOARD_NO_HASH)
+#: Boards per call, as the sink's MAX_GROUP.
+GROUP = 1000
+_FIELDS = {p: f"bench:{p}" for p in range(1024)}
+
+
+class Layout(Protocol):
+    name: str
+    #: Board sorted sets are ``<prefix>:{B}``.
+    prefix: str
+
+    async def flush(self, redis: Redis, batches: list[BoardBatch]) -> tuple[float, list[BoardResult]]:
+        """Seconds to apply the window (packing, Redis, and the per-board results a sink would build)."""
+        ...
+
+
+class PerBoard:
+    """(a): the window as the sink would send it with one bookkeeping hash per board, 1,000 boards per call."""
+
+    name = "(a) one bookkeeping hash per board"
+    prefix = "la"
+    script = Script(PER_BOARD)
+
+    def __init__(self) -> None:
+        self.marks: dict[tuple[str, int], int] = {}
+
+    async def flush(self, redis: Redis, batches: list[BoardBatch]) -> tuple[float, list[BoardResult]]:
+        marks, script = self.marks, self.script
+
+        def commands() -> Iterator[bytes]:
+            for i in range(0, len(batches), GROUP):
+                keys_: list[str] = []
+                args: list[Any] = []
+                for batch in batches[i : i + GROUP]:
+                    board = batch.board
+                    keys_ += (f"la:{{{board}}}", f"la:{{{board}}}:book")
+                    args.append(len(batch.offsets))
+                    for p, off in batch.offsets.items():
+                        args += (_FIELDS[p], marks.get((board, p), -1), off)
+                    args += (0, 2 * len(batch.deltas))
+                    args.extend(chain.from_iterable(batch.deltas.items()))
+                yield script.packed(keys_, args)
+
+        started = time.perf_counter()
+        replies = await wire.stream(redis, commands())
+        results: list[BoardResult] = []
+        for i, reply in zip(range(0, len(batches), GROUP), replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            for batch, r in zip(batches[i : i + GROUP], reply, strict=True):
+                assert int(r[0]) == 0, r
+                results.append(BoardResult(batch.board, Outcome.APPLIED, batch.players, int(r[1]), int(r[2])))
+        seconds = time.perf_counter() - started
+        for batch in batches:
+            for p, off in batch.offsets.items():
+                marks[batch.board, p] = off
+        return seconds, results
+
+
+class PerBoardNoHash(PerBoard):
+    """(a) without its HMGET and HSET: attribution only."""
+
+    name = "(a) without its HMGET/HSET (no fence!)"
+    script = Script(PER_BOARD_NO_HASH)
+
+
+def groups_of(batches: list[BoardBatch]) -> list[list[BoardBatch]]:
+    """Batches by group: a hash of the board's name, as a slot would be (the same board, the same group)."""
+    count = max(1, round(len(batches) / GROUP))
+    out: list[list[BoardBatch]] = [[] for _ in range(count)]
+    for batch in batches:
+        out[zlib.crc32(batch.board.encode()) % count].append(batch)
+    return [g for g in out if g]
+
+
+class PerCall:
+    """(b): one bookkeeping hash per group of about 1,000 boards, one call per group."""
+
+    name = "(b) bookkeeping per script call"
+    prefix = "lb"
+
+    def __init__(self) -> None:
+        self.marks: dict[tuple[int, int], int] = {}  # (group, partition) -> the group's watermark
+        self.sizes: tuple[int, int] = (0, 0)
+
+    async def flush(self, redis: Redis, batches: list[BoardBatch]) -> tuple[float, list[BoardResult]]:
+        marks = self.marks
+        started = time.perf_counter()
+        groups = groups_of(batches)
+        self.sizes = (min(map(len, groups)), max(map(len, groups)))
+        news: list[dict[int, int]] = []
+
+        def commands() -> Iterator[bytes]:
+            for g, group in enumerate(groups):
+                new: dict[int, int] = {}
+                for batch in group:
+                    for p, off in batch.offsets.items():
+                        if off > new.get(p, -1):
+                            new[p] = off
+                news.append(new)
+                args: list[Any] = [len(new)]
+                for p, off in new.items():
+                    args += (_FIELDS[p], marks.get((g, p), -1), off)
+                args.append(0)
+                for batch in group:
+                    args.append(2 * len(batch.deltas))
+                    args.extend(chain.from_iterable(batch.deltas.items()))
+                yield _PER_CALL.packed([f"lb:book:{g}", *(f"lb:{{{b.board}}}" for b in group)], args)
+
+        replies = await wire.stream(redis, commands())
+        results: list[BoardResult] = []
+        for group, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            assert int(reply[0]) == 0, reply
+            version, hit = int(reply[1]), set(map(int, reply[2:]))
+            for j, batch in enumerate(group, 1):
+                results.append(BoardResult(batch.board, Outcome.APPLIED, batch.players, version, int(j in hit)))
+        seconds = time.perf_counter() - started
+        for g, new in enumerate(news):
+            for p, off in new.items():
+                marks[g, p] = off
+        return seconds, results
