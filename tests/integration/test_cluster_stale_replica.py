@@ -89,7 +89,11 @@ def test_a_promoted_replica_lacking_the_last_windows_gets_them_again(
     promote_a_lacking_replica(topic_factory, redis_cluster, spawn, acks=1)
 
 
-@pytest.mark.xfail(strict=True, reason="the worker positions from the checkpoint: the windows R lacks are lost")
+@pytest.mark.xfail(
+    strict=True,
+    reason='known, documented in docs/guarantees.md, "Fault model" (residual risks on a Redis Cluster): the worker '
+    "positions from the checkpoint, so windows a promoted replica lacks below it are lost",
+)
 def test_a_promoted_replica_lacking_checkpointed_windows_gets_them_again(
     topic_factory: Callable[..., str], redis_cluster: TestCluster, spawn: Spawn
 ) -> None:
