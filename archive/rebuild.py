@@ -140,8 +140,8 @@ async def _swap_board(
     now_ms: int,
 ) -> None:
     """Stage ``name`` beside its live keys and swap it in as a restore does (:mod:`archive.staging`)."""
-    live = staging.live_keys(name)
-    twin = staging.staging_keys(live, staging.run_token())
+    live, run = staging.live_keys(name), staging.run_token()
+    twin = staging.staging_keys(live, run)
     applied = await redis.hgetall(live[1])
     deleted = int(applied.get(keys.APPLIED_DELETED_VERSION.encode(), 0))  # a version goes on from a deletion's
     logical, period = split_period_board(name)
@@ -155,7 +155,7 @@ async def _swap_board(
     else:
         await staging.stage_hash(redis, twin, 3, await redis.hgetall(live[3]))  # as declared, its creation time
     expires = target.expire_at_ms if target is not None else 0
-    await staging.swap(redis, topic, live, twin, [-1 if root else deleted, expires], lowered)
+    await staging.swap(redis, topic, live, twin, [-1 if root else deleted, expires], lowered, run)
     if period is None:
         await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from archive import staging
+from archive import lowering, staging
 from archive.pool import Archive
 from flusher.batch import NO_WATERMARK
 from hotboard import keys
@@ -89,7 +89,7 @@ async def lower_checkpoints(archive: Archive, redis: Client, topic: str) -> int:
     async with archive.connection() as conn:
         args = await _checkpoint_args(conn, redis, topic)
     if args:
-        await staging.lower(redis, topic, args)
+        await lowering.lower(redis, topic, args)
     return len(args) // 3
 
 
@@ -98,8 +98,8 @@ async def restore_board(
 ) -> Restored | None:
     """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired.
     ``copied`` hears each chunk of players staged."""
-    live = staging.live_keys(board)
-    twin = staging.staging_keys(live, staging.run_token())
+    live, run = staging.live_keys(board), staging.run_token()
+    twin = staging.staging_keys(live, run)
     async with archive.connection() as conn:
         row = await conn.fetchrow(
             "SELECT spec, expires_at_ms, version, as_of_ms FROM hb_boards WHERE board = $1", board
@@ -108,7 +108,7 @@ async def restore_board(
             "SELECT last_offset FROM hb_watermarks WHERE board = $1 AND field = $2", board, keys.APPLIED_DELETED_VERSION
         )
         if floor is not None and (row is None or row["version"] <= floor):  # deleted and not written since
-            await _restore_deleted(conn, redis, topic, board, live, twin)
+            await _restore_deleted(conn, redis, topic, board, live, twin, run)
             return None
         if row is None or 0 < row["expires_at_ms"] <= now_ms:
             return None
@@ -126,19 +126,21 @@ async def restore_board(
         await staging.stage_hash(redis, twin, 3, staging.period_copy(definition))
     elif definition != DEFAULT:
         await staging.stage_hash(redis, twin, 3, to_hash(definition, now_ms))
-    await staging.swap(redis, topic, live, twin, [-1 if root else row["version"], row["expires_at_ms"]], lowered)
+    await staging.swap(redis, topic, live, twin, [-1 if root else row["version"], row["expires_at_ms"]], lowered, run)
     if period is None:
         await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
     return Restored(board, players)
 
 
-async def _restore_deleted(conn: Any, redis: Client, topic: str, board: str, live: list[str], twin: list[str]) -> None:
+async def _restore_deleted(
+    conn: Any, redis: Client, topic: str, board: str, live: list[str], twin: list[str], run: str
+) -> None:
     """A deleted board: only its watermarks (and deleted version) come back, every other key of it goes."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         lowered = await _checkpoint_args(conn, redis, topic)
         marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
     await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
-    await staging.swap(redis, topic, live, twin, [-1, 0], lowered)
+    await staging.swap(redis, topic, live, twin, [-1, 0], lowered, run)
 
 
 async def _copy_players(

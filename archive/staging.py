@@ -9,7 +9,7 @@ worker restores every board after a FLUSHALL) each stage and swap in a whole sna
 the other, instead of one renaming the other's half-staged board in. Every write to a staging key also sets
 ``STAGING_TTL_MS`` on the board's staging keys, in the same round trip, so a run that dies leaves none behind.
 The same script lowers the topic's checkpoints (and bumps each partition's restore generation), except on a
-cluster, where the checkpoint hash lives on a slot of its own (:func:`swap`).
+cluster, where the checkpoint hash lives on a slot of its own (:func:`swap`, :mod:`archive.lowering`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 from hiredis import pack_command
 from redis.asyncio import RedisCluster
 
+from archive import lowering
 from flusher import wire
 from hotboard import earliest, keys
 from hotboard.boards import BoardDef, to_hash
@@ -38,39 +39,6 @@ _KINDS: tuple[Callable[[str], str], ...] = (
     keys.dense_key,
     keys.counts_key,
 )
-#: Lower checkpoints, never raise them, and bump each named partition's restore generation (``<p>:gen``, see
-#: :func:`hotboard.keys.gen_field`) even where its checkpoint was no higher already: a worker's move decided
-#: before (a window it applied to the board this swap replaced) is then refused, and it resynchronises. The new
-#: generation is the server's clock in microseconds, or one more than the last where that is not higher: a count
-#: from 1 would start over after a FLUSHALL and could name again the generation a worker read before it. From
-#: ARGV[first]: (partition, checkpoint, epoch) triples (epoch '0': left as it is). ``mark_ms`` (cluster only, see
-#: :func:`swap`): above 0, each partition's restoring mark (``<p>:restoring``) is set to Redis TIME + that many ms,
-#: which the checkpoint script honours until then; below 0, the mark is cleared; 0, left alone.
-_LOWERING = """
-local function lower(ckpt_key, first, mark_ms)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local deadline
-  if mark_ms > 0 then
-    deadline = math.floor(now / 1000) + mark_ms
-  end
-  for i = first, #ARGV, 3 do
-    local partition, lowered, epoch = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-    local cur = redis.call('HGET', ckpt_key, partition)
-    if not cur or tonumber(cur) > tonumber(lowered) then redis.call('HSET', ckpt_key, partition, lowered) end
-    if epoch ~= '0' then redis.call('HSET', ckpt_key, partition .. ':epoch', epoch) end
-    local gen = tonumber(redis.call('HGET', ckpt_key, partition .. ':gen') or '0')
-    local moved = math.max(gen + 1, now)
-    if moved == gen then moved = now end  -- at 2^53 and above gen + 1 is gen itself (a double)
-    redis.call('HSET', ckpt_key, partition .. ':gen', string.format('%.0f', moved))
-    if deadline then
-      redis.call('HSET', ckpt_key, partition .. ':restoring', deadline)
-    elseif mark_ms < 0 then
-      redis.call('HDEL', ckpt_key, partition .. ':restoring')
-    end
-  end
-end
-"""
 #: Swap a restored board in, and lower the topic's checkpoints to the archive's as of the snapshot the board was
 #: read from, in the same step: a worker that was fenced on this board, or whose checkpoint move is refused,
 #: then replays from no later than what the board holds (lowered only before and after every swap, a worker
@@ -78,19 +46,20 @@ end
 #: lowering came too late: the watermarks skipped them). KEYS: the 8 live keys, their 8 restored twins, the
 #: checkpoint hash (left out on a Redis Cluster, where it lives on another slot: see :func:`swap`). ARGV: the
 #: archived version (-1: a seasonal board's own meta, which holds no version), when the keys expire (ms; 0:
-#: never), then (partition, checkpoint, epoch) triples as for _LOWER (none without the checkpoint hash). Every
-#: staging writes the applied or the meta twin: with neither, the staged board expired (``STAGING_TTL_MS``, a
-#: run stalled that long), and the swap refuses rather than delete the live board. A renamed key keeps its
-#: staging TTL (RENAME moves it along), so it is set to the board's expiry or removed (PERSIST).
+#: never), then (partition, checkpoint, epoch) triples as for :func:`archive.lowering.lower` (none without the
+#: checkpoint hash). Every staging writes the applied or the meta twin: with neither, the staged board expired
+#: (``STAGING_TTL_MS``, a run stalled that long), and the swap refuses rather than delete the live board. A
+#: renamed key keeps its staging TTL (RENAME moves it along), so it is set to the board's expiry or removed
+#: (PERSIST).
 _SWAP = Script(
-    _LOWERING
+    lowering.LOWERING
     + f"""
 local archived, expire_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local kinds = {len(_KINDS)}  -- KEYS[1..kinds]: the live keys in _KINDS order; KEYS[i + kinds]: the twin of KEYS[i]
 local live_meta, staged_applied, staged_meta = KEYS[3], KEYS[2 + kinds], KEYS[3 + kinds]
 local ckpt_key = KEYS[2 * kinds + 1]  -- nil on a Redis Cluster, whose swap has no triples to lower
 if redis.call('EXISTS', staged_applied, staged_meta) == 0 then return redis.error_reply('staged board expired') end
-lower(ckpt_key, 3, 0)
+lower(ckpt_key, 3, 'lower', '', 0)
 if archived >= 0 then
   local live = tonumber(redis.call('HGET', live_meta, '{keys.META_VERSION}') or '0')
   redis.call('HSET', staged_meta, '{keys.META_VERSION}', math.max(live, archived) + 1)
@@ -107,19 +76,6 @@ end
 return 1
 """
 )
-#: Lower checkpoints (and bump generations) alone. KEYS: the checkpoint hash. ARGV: the restoring mark's
-#: ``mark_ms`` (see _LOWERING), then (partition, checkpoint, epoch) triples.
-_LOWER = Script(
-    _LOWERING
-    + """
-lower(KEYS[1], 2, tonumber(ARGV[1]))
-return 1
-"""
-)
-#: How long a restoring mark holds a partition's checkpoint at most (ms): far longer than one board's swap (three
-#: round trips; a million-member board's RENAME frees its old members in about a second), so only a restore that
-#: died between its two lowerings leaves one behind, and its partitions' checkpoints move again once it passed.
-RESTORING_BOUND_MS = 600_000
 #: How long a staging key lives past the last write of its run (ms): a staged board is written in seconds (a
 #: million players in about 10 s) and swapped right after, so only a run that died or stalled for an hour loses
 #: it; its keys then go by themselves instead of staying in Redis forever.
@@ -156,23 +112,25 @@ def period_copy(definition: BoardDef) -> dict[Any, Any]:
     return {k: v for k, v in to_hash(definition, 0).items() if k in _COPIED}
 
 
-async def lower(redis: Client, topic: str, lowered: Sequence[Any], mark_ms: int = 0) -> None:
-    """Lower the topic's checkpoints to ``lowered`` ((partition, checkpoint, epoch) triples), bumping generations;
-    ``mark_ms`` > 0 also sets each partition's restoring mark that far ahead, < 0 clears it."""
-    await _LOWER(redis, [keys.checkpoint_key(topic)], [mark_ms, *lowered])
-
-
 async def swap(
-    redis: Client, topic: str, live: Sequence[str], twin: Sequence[str], args: Sequence[Any], lowered: Sequence[Any]
+    redis: Client,
+    topic: str,
+    live: Sequence[str],
+    twin: Sequence[str],
+    args: Sequence[Any],
+    lowered: Sequence[Any],
+    run: str,
+    wait_s: float | None = None,
 ) -> None:
-    """Swap the staged ``twin`` in over ``live``. ``args``: the archived version (-1: a seasonal board's own meta)
-    and when the keys expire (ms, 0: never); ``lowered``: (partition, checkpoint, epoch) triples the topic's
-    checkpoints are lowered to. On one server the script lowers them in the same step; on a Redis Cluster the
-    checkpoint hash lives on a slot of its own (a script may not span two), so they are lowered right before the
-    swap and right after it, two round trips apart. The first lowering also marks each partition restoring: until
-    the second clears the mark (a failed swap, or a first lowering whose reply was lost, too), no worker moves
-    those checkpoints, so none that resynchronised in between resumes past what the swapped board holds
-    (docs/archive.md)."""
+    """Swap the staged ``twin`` (of the staging ``run``) in over ``live``. ``args``: the archived version (-1: a
+    seasonal board's own meta) and when the keys expire (ms, 0: never); ``lowered``: (partition, checkpoint, epoch)
+    triples the topic's checkpoints are lowered to. On one server the script lowers them in the same step; on a
+    Redis Cluster the checkpoint hash lives on a slot of its own (a script may not span two), so they are lowered
+    right before the swap and right after it, two round trips apart. The first lowering also marks each partition
+    restoring, held by ``run`` (waiting up to ``wait_s``, default ``MARK_WAIT_S``, while another run holds a mark, then
+    :class:`archive.lowering.RestoreBusy`): until the second clears it (a failed swap, or a first lowering whose
+    reply was lost, too), no worker moves those checkpoints, so none that resynchronised in between resumes past
+    what the swapped board holds (docs/archive.md)."""
     if not isinstance(redis, RedisCluster):
         await _SWAP(redis, [*live, *twin, keys.checkpoint_key(topic)], [*args, *lowered])
         return
@@ -181,10 +139,10 @@ async def swap(
         return
     try:
         # inside the try: a reply lost after the marking lowering ran (a timeout) must still clear its mark
-        await lower(redis, topic, lowered, RESTORING_BOUND_MS)
+        await lowering.hold(redis, topic, lowered, run, wait_s)
         await _SWAP(redis, [*live, *twin], list(args))
     finally:
-        await lower(redis, topic, lowered, -1)
+        await lowering.clear(redis, topic, lowered, run)
 
 
 async def stage_players(redis: Client, twin: Sequence[str], definition: BoardDef, rows: Sequence[Any]) -> None:

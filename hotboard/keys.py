@@ -111,8 +111,17 @@ def gen_field(partition: int) -> str:
 def restoring_field(partition: int) -> str:
     """Field of ``hb:ckpt:{T}``, Redis Cluster only: while a board is swapped in, the deadline (ms, Redis TIME)
     until which the checkpoint script refuses every move of the partition (set by the lowering before the swap,
-    cleared by the one after it; a mark past its deadline is a crashed restore's and is ignored)."""
+    cleared by the one after it; a mark past its deadline is a crashed restore's and is ignored). Old workers read
+    this bare number alone, so it stays one."""
     return f"{partition}:restoring"
+
+
+def restoring_by_field(partition: int) -> str:
+    """Field of ``hb:ckpt:{T}``, Redis Cluster only, beside :func:`restoring_field`: ``<run> <deadline>``, the
+    staging run holding the mark (``archive.staging.run_token``). Another run's marking lowering refuses while it is
+    live, and only its own run's clearing lowering deletes it (two restores at once never clear each other's; a
+    bare deadline without it, or not equal to its deadline, is an older version's run, honoured too)."""
+    return f"{partition}:restoring_by"
 
 
 def is_valid_board(board: str) -> bool:

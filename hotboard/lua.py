@@ -242,32 +242,32 @@ return commit(0, 0, n, expire_ms, 8, saturated)
 """
 )
 
-#: Advance per-partition checkpoints, each only from the value the worker knows. KEYS: checkpoint hash.
-#: ARGV: quadruples (partition, expected, new, generation); expected '-1' means "absent". Returns one {ok,
-#: previous} per quadruple: a mismatch (absent after a FLUSHALL, behind after a lost second, ahead after another
-#: owner) is the worker's cue to resynchronise, never overwritten. The generation (``<p>:gen``, absent: '0') is
-#: the one the worker read when it positioned the partition: a restore or rebuild swap bumps it, so a move decided
-#: before a swap is refused even where the swap left the checkpoint's value as it was (the window it covers may
-#: be missing from the swapped board). A halted partition's checkpoint (``<p>:halt`` present) never moves here:
-#: while it is halted only an operator writes it, and that write is what lifts the halt. Nor one being swapped in
-#: on a Redis Cluster (``<p>:restoring``: a deadline in ms of Redis TIME, see archive.staging); a mark past its
-#: deadline is a crashed restore's, deleted here and ignored. TIME is asked only where a mark is held.
+#: Advance per-partition checkpoints, each only from the value the worker knows. KEYS: checkpoint hash. ARGV:
+#: quadruples (partition, expected, new, generation); expected '-1' means "absent". Returns one {ok, previous} per
+#: quadruple: a mismatch (absent after a FLUSHALL, behind after a lost second, ahead after another owner) is the
+#: worker's cue to resynchronise, never overwritten. The generation (``<p>:gen``, absent: '0') is the one the
+#: worker read when it positioned the partition: a restore or rebuild swap bumps it, so a move decided before a
+#: swap is refused even where the swap left the checkpoint's value as it was (the window it covers may be missing
+#: from the swapped board). A halted partition's checkpoint (``<p>:halt`` present) never moves here: while it is
+#: halted only an operator writes it, and that write is what lifts the halt. Nor one being swapped in on a Redis
+#: Cluster (``<p>:restoring``: a deadline, ms of Redis TIME, asked only then; ``<p>:restoring_by``: ``<run>
+#: <deadline>``; either live holds it, see archive.lowering): past its deadline a mark is a dead run's, deleted.
 CHECKPOINT = """
 local ckpt_key = KEYS[1]
 local out = {}
 local now_ms
 for i = 1, #ARGV, 4 do
   local p, expected, new, gen = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local held = redis.call('HMGET', ckpt_key, p, p .. ':gen', p .. ':halt', p .. ':restoring')
-  local cur = held[1] or '-1'
-  local restoring = false
-  if held[4] then
+  local held = redis.call('HMGET', ckpt_key, p, p .. ':gen', p .. ':halt', p .. ':restoring', p .. ':restoring_by')
+  local cur, restoring = held[1] or '-1', false
+  if held[4] or held[5] then
     if not now_ms then
       local t = redis.call('TIME')
       now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
-    restoring = tonumber(held[4]) > now_ms
-    if not restoring then redis.call('HDEL', ckpt_key, p .. ':restoring') end
+    local by = tonumber(string.match(held[5] or '', ' (%d+)$') or '0')
+    restoring = math.max(tonumber(held[4] or '0') or 0, by) > now_ms
+    if not restoring then redis.call('HDEL', ckpt_key, p .. ':restoring', p .. ':restoring_by') end
   end
   if cur == expected and (held[2] or '0') == gen and not held[3] and not restoring then
     redis.call('HSET', ckpt_key, p, new)

@@ -7,7 +7,7 @@ from typing import cast
 import pytest
 from redis.asyncio import Redis
 
-from archive import staging
+from archive import lowering
 from flusher.batch import NO_WATERMARK, BoardBatch, ExpectedWatermark, Outcome
 from flusher.redis_sink import RedisSink
 from hotboard import keys
@@ -116,7 +116,7 @@ async def test_a_swap_refuses_a_checkpoint_move_decided_before_it_even_at_the_sa
     ckpt = keys.checkpoint_key("scores")
     await redis_client.hset(ckpt, "0", 10)
     assert await sink.load_checkpoints([0, 1]) == {0: 10}
-    await staging.lower(redis_client, "scores", ["0", 10, 0])  # the archive's checkpoint: the one Redis holds
+    await lowering.lower(redis_client, "scores", ["0", 10, 0])  # the archive's checkpoint: the one Redis holds
     checkpoint, gen, untouched = await redis_client.hmget(ckpt, ["0", keys.gen_field(0), keys.gen_field(1)])
     assert (checkpoint, untouched) == (b"10", None) and gen is not None and int(gen) > 0
     [refused, other] = await sink.advance_checkpoints({0: (10, 12), 1: (NO_WATERMARK, 3)})
@@ -136,12 +136,12 @@ async def test_a_restoring_mark_holds_the_checkpoint_until_cleared_or_past_its_d
     sink = RedisSink(redis_client, "scores")
     ckpt, mark = keys.checkpoint_key("scores"), keys.restoring_field(0)
     await redis_client.hset(ckpt, "0", 10)
-    await staging.lower(redis_client, "scores", ["0", 10, 0], staging.RESTORING_BOUND_MS)
+    await lowering.mark(redis_client, "scores", ["0", 10, 0], "run-a")
     assert await sink.load_checkpoints([0, 1]) == {0: 10}  # positioned after the first lowering: its generation
     [refused, other] = await sink.advance_checkpoints({0: (10, 12), 1: (NO_WATERMARK, 3)})
     assert (refused.ok, refused.previous) == (False, 10) and other.ok, "only the marked partition is held"
     assert await redis_client.hget(ckpt, mark) is not None, "a live mark stays"
-    await staging.lower(redis_client, "scores", ["0", 10, 0], -1)
+    await lowering.clear(redis_client, "scores", ["0", 10, 0], "run-a")
     assert await redis_client.hget(ckpt, mark) is None
     assert await sink.load_checkpoints([0]) == {0: 10}
     assert [r.ok for r in await sink.advance_checkpoints({0: (10, 12)})] == [True]
@@ -210,10 +210,10 @@ async def test_a_generation_read_before_a_flushall_is_not_current_after_a_restor
     again. The move the worker decided before the wipe (its window is on no board now) must still be refused."""
     sink = RedisSink(redis_client, "scores")
     for _ in range(2):
-        await staging.lower(redis_client, "scores", ["0", 10, 0])
+        await lowering.lower(redis_client, "scores", ["0", 10, 0])
     assert await sink.load_checkpoints([0]) == {0: 10}
     await redis_client.flushall()
     for _ in range(2):  # hotboard restore: before the swaps and after them
-        await staging.lower(redis_client, "scores", ["0", 10, 0])
+        await lowering.lower(redis_client, "scores", ["0", 10, 0])
     [move] = await sink.advance_checkpoints({0: (10, 12)})
     assert not move.ok, "a generation counted up from absent again names another restore"

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pytest
 
-from archive import restore, staging
+from archive import lowering, restore
 from archive.pool import Archive
 from cli.loadgen import publish
 from flusher.batch import CheckpointResult
@@ -149,19 +149,24 @@ async def test_a_worker_resynchronised_between_the_lowering_and_the_swap_loses_n
                 cost[key] = (resyncs(name, labels) or 0.0) - held[key]
             log.info("restoring mark held %.2f s: %d checkpoint resyncs, %d events replayed", *cost.values())
 
-        real_lower = staging.lower
+        real_mark, real_clear = lowering.mark, lowering.clear
         lowerings = 0
 
-        async def lower(redis: Any, topic_: str, lowered: Sequence[Any], *args: Any, **kw: Any) -> None:
+        async def mark(redis: Any, topic_: str, lowered: Sequence[Any], *args: Any, **kw: Any) -> Any:
             nonlocal lowerings
             lowerings += 1
-            if lowerings == 2:
-                await before_second_lowering()
-            await real_lower(redis, topic_, lowered, *args, **kw)
-            if lowerings == 1:
-                await before_swap()
+            refused = await real_mark(redis, topic_, lowered, *args, **kw)
+            await before_swap()
+            return refused
 
-        monkeypatch.setattr(staging, "lower", lower)
+        async def clear(redis: Any, topic_: str, lowered: Sequence[Any], *args: Any, **kw: Any) -> None:
+            nonlocal lowerings
+            lowerings += 1
+            await before_second_lowering()
+            await real_clear(redis, topic_, lowered, *args, **kw)
+
+        monkeypatch.setattr(lowering, "mark", mark)
+        monkeypatch.setattr(lowering, "clear", clear)
         try:
             await wait_while_running(lambda: _ckpt(seed, topic)[0] == len(head) - 1, task, "the head applied")
             await publish(kafka, topic, mid)
@@ -197,7 +202,7 @@ async def test_a_restore_that_died_between_its_lowerings_holds_checkpoints_only_
         client = redis_client.connect(seed, cluster=True)
         try:
             await wait_while_running(lambda: _ckpt(seed, topic)[0] == len(head) - 1, task, "the head applied")
-            await staging.lower(client, topic, ["0", len(head) - 1, 0], 2_000)  # and then the restore died
+            await lowering.mark(client, topic, ["0", len(head) - 1, 0], "dead", 2_000)  # and then the restore died
             assert _ckpt(seed, topic) == (len(head) - 1, True)
             await publish(kafka, topic, tail)
             end = len(head) + len(tail) - 1

@@ -1,6 +1,6 @@
 """Restore against its own edge cases: restores of one board side by side, the lowering of a partition the archive
-has no checkpoint for, the checkpoint generation past 2^53, the restoring mark when a lowering's reply is lost, and
-the TTLs a swap leaves."""
+has no checkpoint for, the checkpoint generation past 2^53, and the TTLs a swap leaves (the restoring mark's own cases:
+tests/integration/test_restore_mark.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from redis.asyncio import Redis
 
-from archive import restore, schema, staging
+from archive import lowering, restore, schema, staging
 from archive.pool import Archive
 from flusher.redis_sink import RedisSink
 from hotboard import keys
@@ -87,33 +87,9 @@ async def test_a_generation_at_2_53_still_moves_on_a_lowering(redis_client: Redi
     ckpt = keys.checkpoint_key("scores")
     await redis_client.hset(ckpt, mapping={"0": 10, keys.gen_field(0): 2**53})
     assert await sink.load_checkpoints([0]) == {0: 10}
-    await staging.lower(redis_client, "scores", ["0", 10, 0])
+    await lowering.lower(redis_client, "scores", ["0", 10, 0])
     [move] = await sink.advance_checkpoints({0: (10, 12)})
     assert not move.ok, "a move decided before the lowering went through"
-
-
-async def test_a_marking_lowering_whose_reply_is_lost_leaves_no_restoring_mark(
-    redis_client: Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On a Redis Cluster the lowering before a swap marks its partitions restoring. Its reply can be lost after it
-    ran (a timeout, a dropped connection): the swap is not attempted, and the mark must still be cleared, or every
-    move of those partitions is refused (each window replayed again) until its 10-minute deadline."""
-    real = staging._LOWER
-
-    async def reply_lost(redis: Redis, keys_: list[str], args: list[object]) -> object:
-        reply = await real(redis, keys_, args)
-        if int(str(args[0])) > 0:
-            raise ConnectionError("the marking lowering ran, its reply was lost")
-        return reply
-
-    monkeypatch.setattr(staging, "RedisCluster", Redis)  # one server, on the cluster's path (two lowerings)
-    monkeypatch.setattr(staging, "_LOWER", reply_lost)
-    live = staging.live_keys("global")
-    with pytest.raises(ConnectionError):
-        await staging.swap(
-            redis_client, "scores", live, staging.staging_keys(live, staging.run_token()), [-1, 0], ["0", 10, 0]
-        )
-    assert await redis_client.hget(keys.checkpoint_key("scores"), keys.restoring_field(0)) is None
 
 
 async def test_a_restored_board_keeps_no_staging_ttl_and_a_period_board_keeps_its_expiry(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from archive import staging
+from archive import lowering, staging
 from hotboard import keys, lua
 
 
@@ -17,9 +17,11 @@ def test_layout() -> None:
     # the checkpoint hash's per-partition fields; the Lua scripts build the same names from the partition
     assert (keys.halt_field(3), keys.epoch_field(3), keys.gen_field(3)) == ("3:halt", "3:epoch", "3:gen")
     assert "':halt'" in lua.CHECKPOINT and "':halt'" in lua.LIFT_HALT and "':epoch'" in lua.LIFT_HALT
-    assert "':gen'" in lua.CHECKPOINT and "':gen'" in staging._SWAP.text and "':gen'" in staging._LOWER.text
+    assert "':gen'" in lua.CHECKPOINT and "':gen'" in staging._SWAP.text and "':gen'" in lowering._LOWER.text
     assert keys.restoring_field(3) == "3:restoring"
-    assert "':restoring'" in lua.CHECKPOINT and "':restoring'" in staging._LOWER.text
+    assert "':restoring'" in lua.CHECKPOINT and "':restoring'" in lowering._LOWER.text
+    assert keys.restoring_by_field(3) == "3:restoring_by"
+    assert "':restoring_by'" in lua.CHECKPOINT and "':restoring_by'" in lowering._LOWER.text
     assert keys.BOARD_INDEX_KEY == "hb:board-index"
     for make, suffix in (
         (keys.def_key, "def"),
