@@ -6,7 +6,6 @@ never clear or overwrite each other's mark, nor an older version's (archive.lowe
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -96,13 +95,12 @@ async def client(request: pytest.FixtureRequest) -> AsyncIterator[Client]:
 
 
 async def test_a_second_run_waits_for_the_first_runs_mark_and_never_clears_it(
-    redis_cluster: TestCluster, postgres_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    redis_cluster: TestCluster, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Run A (board a) is held between its marking lowering and its swap; run B (board b) starts meanwhile. B must
     neither overwrite A's mark nor clear it (the old code did both: B's second lowering deleted the mark while A was
     still between its lowerings, and a worker could move the checkpoint past A's swapped board): B waits, and marks
     only once A cleared its own."""
-    caplog.set_level(logging.INFO)
     await _archive_boards(postgres_url, ["a", "b"])
     client = redis_client.connect(redis_cluster.seed, cluster=True)
     held, release = asyncio.Event(), asyncio.Event()
@@ -116,7 +114,17 @@ async def test_a_second_run_waits_for_the_first_runs_mark_and_never_clears_it(
         swapped.append((keys_[0], await _marks(client)))
         return await real(redis, keys_, args)
 
+    refusals: list[lowering.Holder] = []
+    real_mark = lowering.mark
+
+    async def mark(*args: Any, **kwargs: Any) -> lowering.Holder | None:
+        holder = await real_mark(*args, **kwargs)
+        if holder is not None:
+            refusals.append(holder)
+        return holder
+
     monkeypatch.setattr(staging, "_SWAP", swap_script)
+    monkeypatch.setattr(lowering, "mark", mark)
     now_ms = int(time.time() * 1000)
     try:
         async with Archive(postgres_url) as one, Archive(postgres_url) as other:
@@ -125,8 +133,9 @@ async def test_a_second_run_waits_for_the_first_runs_mark_and_never_clears_it(
             mark_a = await _marks(client)
             assert mark_a[1] is not None, "A marked partition 0 restoring, naming its run"
             b = asyncio.create_task(restore.restore_board(other, client, TOPIC, "b", now_ms))
-            await _until(lambda: b.done() or "marked restoring by" in caplog.text, "B done or refused")
+            await _until(lambda: b.done() or bool(refusals), "B done or refused")
             assert not b.done(), "B swapped its board in while A was between its lowerings"
+            assert refusals[0].run == mark_a[1].decode().split()[0], "B's marking was refused naming A's run"
             assert await _marks(client) == mark_a, "B overwrote or cleared A's mark"
             release.set()
             assert await asyncio.wait_for(a, 30) is not None
