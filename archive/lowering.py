@@ -145,7 +145,7 @@ async def mark(
     if reply is None:
         return None
     partition, by, deadline = (x.decode() if isinstance(x, bytes) else str(x) for x in reply)
-    return Holder(partition, by, int(deadline))
+    return Holder(partition, by, int(float(deadline)))  # an older version's bare mark: a Lua number
 
 
 async def hold(redis: Client, topic: str, lowered: Sequence[Any], run: str, wait_s: float | None = None) -> None:

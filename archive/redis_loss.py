@@ -54,13 +54,17 @@ class LossRestorer:
         # partition that resumed during the restore would then move its checkpoint past a swap it has not seen.
         self._halts = CheckpointHash(redis, settings.topic)
         self._tried: set[int] = set()
+        # Partitions whose restore failed part-way: its first lowering wrote the archive's checkpoints, which lifts
+        # their halts at the worker's next look (the checkpoint changed), so they are retried whether or not
+        # they are still halted, until one restore completes.
+        self._owed: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self.restores = 0
 
     def note(self, halted: Mapping[int, Halt]) -> None:
         if self._task is not None and not self._task.done():
             return
-        due = sorted(p for p, h in halted.items() if h.reason in RESTORABLE and p not in self._tried)
+        due = sorted({p for p, h in halted.items() if h.reason in RESTORABLE and p not in self._tried} | self._owed)
         if due:
             self._task = asyncio.create_task(self._restore(due), name="hotboard-restore")
 
@@ -78,10 +82,12 @@ class LossRestorer:
             _, halts = await self._halts.load_positions(partitions)
             for p, recorded in halts.items():
                 await self._halts.lift_halt(p, recorded, False)
-        except TRANSIENT as exc:  # the archive (an OSError when away) or Redis away: tried again at the next tick
+        except TRANSIENT as exc:  # the archive (an OSError when away), Redis away, another run's restoring mark
+            self._owed.update(partitions)  # tried again at the next tick, halted still or not (see __init__)
             log.error("restore from the archive failed (%r); retrying", exc)
             await asyncio.sleep(s.halt_recheck_s)
             return
+        self._owed.difference_update(partitions)
         self._tried.update(partitions)
         self.restores += 1
         log.warning(

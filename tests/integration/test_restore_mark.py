@@ -16,13 +16,16 @@ from redis.asyncio import Redis
 
 from archive import lowering, restore, schema, staging
 from archive.pool import Archive
+from archive.redis_loss import LossRestorer
 from cli.main import main as hotboard
 from flusher.checkpoints import CheckpointHash
 from hotboard import keys, redis_client
 from hotboard.boards import DEFAULT
 from hotboard.redis_client import Client
 from ingest.errors import TRANSIENT
+from ingest.partitions import Halt, HaltReason
 from tests.cluster import TestCluster
+from tests.integration.harness import worker_settings
 
 pytestmark = pytest.mark.integration
 
@@ -330,3 +333,39 @@ def test_restore_busy_through_the_cli_is_exit_3_in_one_line_naming_the_holder(
     failed = [line for line in err.splitlines() if line.startswith("hotboard restore: ")]  # beside the progress
     assert len(failed) == 1 and failed[0].startswith("hotboard restore: restore busy on topic scores: "), err
     assert "partition 0 is marked restoring by run 0ther0ne" in failed[0], err
+
+
+async def test_a_workers_busy_restore_on_a_loss_is_tried_again_until_it_completes(
+    redis_cluster: TestCluster, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a FLUSHALL partition 0 is halted ``redis_lost``, and a dead run's mark is live (killed between its
+    lowerings). The worker's own restore waits its bound and gives up (RestoreBusy). Its first lowering already
+    wrote the archive's checkpoint, which lifts the halt at the worker's next look: the retry must not wait for a
+    halt that is gone (the review's case: board ``a`` never restored). Ticks with nothing halted retry it until
+    the dead mark passes, and then board ``a`` is restored, once."""
+    await _archive_boards(postgres_url, ["a"])
+    client = redis_client.connect(redis_cluster.seed, cluster=True)
+    try:
+        ckpt = keys.checkpoint_key(TOPIC)
+        await CheckpointHash(client, TOPIC).record_halt(0, HaltReason.REDIS_LOST.value)
+        dead = await _redis_ms(client) + 1_500
+        await client.hset(ckpt, mapping={keys.restoring_field(0): dead, keys.restoring_by_field(0): f"deadrun {dead}"})
+        monkeypatch.setattr(lowering, "MARK_WAIT_S", 0.3)
+        settings = worker_settings(
+            "127.0.0.1:1", redis_cluster.seed, TOPIC, "g", postgres=postgres_url, halt_recheck_s=0.05
+        )
+        restorer = LossRestorer(settings, client)
+        halted = {0: Halt(HaltReason.REDIS_LOST, "lost")}
+        restorer.note(halted)
+        deadline = time.monotonic() + 30
+        while restorer.restores == 0:
+            assert time.monotonic() < deadline, "the busy restore was never tried again"
+            restorer.note({})  # the halt lifted: the checkpoint was written by the first lowering
+            await asyncio.sleep(0.02)
+        assert await client.zcard(keys.board_key("a")) == 5, "board a restored"
+        assert await _marks(client) == [None, None]
+        restorer.note(halted)  # restored once: a partition halting again stays halted for an operator
+        assert restorer._task is not None and restorer._task.done()
+        await restorer.close()
+    finally:
+        await client.aclose()
