@@ -48,12 +48,6 @@ from ingest.seasons import route
 
 #: Each fetch waits at most this long for records.
 FETCH_WAIT_MS = 500
-#: How long one board's snapshot read may take on each side (its one MULTI in Redis, its one SELECT in
-#: PostgreSQL), in place of the short Redis and PostgreSQL timeouts every other call keeps: it grows with the
-#: board (a million players take about 5-15 s to read here, past the 5 s ``--redis-timeout-s``). A server silent
-#: before the read is found by the short timeouts of the calls before it (a connection is made within them too);
-#: one that falls silent during the read, after this long.
-SNAPSHOT_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ async def read_redis(
     redis: Client, board: str, definition: BoardDef, topic: str, epochs: dict[int, int], partitions: Collection[int]
 ) -> Snapshot:
     """Redis's snapshot, one MULTI: on a client whose read timeout allows for the board's size (see
-    :data:`archive.audit.SNAPSHOT_TIMEOUT_S`)."""
+    :data:`archive.settings.SNAPSHOT_TIMEOUT_S`)."""
     async with redis.pipeline(transaction=True) as pipe:
         pipe.zrange(keys.board_key(board), 0, -1, withscores=True)
         pipe.hgetall(keys.applied_key(board))

@@ -5,9 +5,9 @@ A delete runs in one transaction that holds the board's ``hb_boards`` row locked
 archive has none): an archiver window on the board waits there, then finds the watermarks raised and is fenced
 (it resynchronises and skips every event at or below them). Inside it, Redis's delete runs with the delete point
 raised to what the archive applied, and its answer (the delete point, the version) is written here: both stores
-then hold the same watermarks. The scores and the board's row go; the watermarks stay, with the version the board
-had under :data:`DELETED` (as in Redis's applied hash), so a board written again goes on from that version and a
-restore brings back the watermarks, not the board.
+then hold the same watermarks. The scores and the board's row go; the watermarks stay, with the delete's version
+(one past the board's, Redis's answer) under :data:`DELETED` (as in Redis's applied hash), so a board written
+again goes on from that version and a restore brings back the watermarks, not the board.
 """
 
 from __future__ import annotations

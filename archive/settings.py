@@ -1,12 +1,19 @@
 """The archiver's settings: the worker's (it runs the worker's fold and flush order), with its own defaults and
-the archive's URL. Every field is also an environment variable ``HOTBOARD_<NAME>`` and an option of
-``hotboard archiver``."""
+the archive's URL; and the audit's, the archiver's plus its snapshot timeout. Every field is also an environment
+variable ``HOTBOARD_<NAME>`` and an option of ``hotboard archiver`` (``hotboard audit`` takes some of them)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from ingest.settings import WorkerSettings
+
+#: How long one board's snapshot read may take on each side (its one MULTI in Redis, its one SELECT in
+#: PostgreSQL), in place of the short Redis and PostgreSQL timeouts every other call keeps: it grows with the
+#: board (a million players take about 5-15 s to read here, past the 5 s ``--redis-timeout-s``). A server silent
+#: before the read is found by the short timeouts of the calls before it (a connection is made within them too);
+#: one that falls silent during the read, after this long.
+SNAPSHOT_TIMEOUT_S = 300.0
 
 
 class ArchiverSettings(WorkerSettings):
@@ -29,3 +36,14 @@ class ArchiverSettings(WorkerSettings):
     @property
     def consumer_group(self) -> str:
         return self.archive_group or f"{self.group}-archive"
+
+
+class AuditSettings(ArchiverSettings):
+    """``hotboard audit``: the archiver's settings it takes (:data:`cli.audit.OPTIONS`), plus this one."""
+
+    snapshot_timeout_s: float = Field(
+        SNAPSHOT_TIMEOUT_S,
+        gt=0,
+        description="Read timeout of each board's snapshot, in Redis and in PostgreSQL (it grows with the board); "
+        "every other call keeps --redis-timeout-s and --postgres-timeout-s",
+    )

@@ -215,7 +215,7 @@ class ArchiveSink:
         names = sorted(seeds)
         async with self._archive.connection() as conn, conn.transaction():
             # 1. every board's row, locked in name order: a zombie's window waits here, then sees the new marks
-            # a board deleted before goes on from the version it had (kept with its watermarks, archive.removal)
+            # a board deleted before goes on from the delete's version (kept with its watermarks, archive.removal)
             await conn.execute(
                 "INSERT INTO hb_boards (board, spec, expires_at_ms, version) SELECT u.b, u.s, u.e, "
                 "coalesce(w.last_offset, 0) FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(b, s, e) "

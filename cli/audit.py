@@ -11,9 +11,9 @@ from aiokafka.errors import KafkaError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from archive.audit import SNAPSHOT_TIMEOUT_S, BoardAudit, audit
+from archive.audit import BoardAudit, audit
 from archive.pool import Archive, ArchiveUnavailable
-from archive.settings import ArchiverSettings
+from archive.settings import AuditSettings
 from cli.exits import EXIT_UNAVAILABLE
 from cli.options import add_options, settings_from
 from hotboard import logs, redis_connect
@@ -22,27 +22,21 @@ from hotboard.redis_connect import RedisSettings
 
 #: Some players differ, or could not be verified.
 EXIT_DIFFERS = 1
-OPTIONS = ("postgres", "topic", "kafka", "postgres_timeout_s", "kafka_start_timeout_s", "redis_timeout_s")
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not above 0")
-    return value
+OPTIONS = (
+    "postgres",
+    "topic",
+    "kafka",
+    "postgres_timeout_s",
+    "kafka_start_timeout_s",
+    "redis_timeout_s",
+    "snapshot_timeout_s",
+)
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("audit", help="check Redis against the archive and the topic, player by player")
     p.add_argument("--board", help="one board (with its periods); default every board")
-    p.add_argument(
-        "--snapshot-timeout-s",
-        type=_positive,
-        default=SNAPSHOT_TIMEOUT_S,
-        help="read timeout of each board's snapshot, in Redis and in PostgreSQL (it grows with the board); "
-        "every other call keeps --redis-timeout-s and --postgres-timeout-s",
-    )
-    add_options(p, ArchiverSettings, only=(*OPTIONS, *RedisSettings.model_fields, *KafkaSecuritySettings.model_fields))
+    add_options(p, AuditSettings, only=(*OPTIONS, *RedisSettings.model_fields, *KafkaSecuritySettings.model_fields))
     p.set_defaults(run=cmd_audit)
 
 
@@ -65,7 +59,7 @@ def report(result: BoardAudit) -> None:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    settings = settings_from(ArchiverSettings, args)
+    settings = settings_from(AuditSettings, args)
     redis_connect.check(settings)
 
     async def main() -> list[BoardAudit]:
@@ -73,7 +67,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         redis = redis_connect.connect(settings, socket_timeout=short)
         # the snapshots' own client: a long read (a large board's MULTI), a connection made as fast as the others
         snapshots = redis_connect.connect(
-            settings, socket_timeout=args.snapshot_timeout_s, socket_connect_timeout=short
+            settings, socket_timeout=settings.snapshot_timeout_s, socket_connect_timeout=short
         )
         try:
             async with Archive(settings.postgres, settings.postgres_timeout_s) as archive:
@@ -84,7 +78,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
                     args.board,
                     report,
                     snapshots=snapshots,
-                    snapshot_timeout_s=args.snapshot_timeout_s,
+                    snapshot_timeout_s=settings.snapshot_timeout_s,
                 )
         finally:
             await snapshots.aclose()

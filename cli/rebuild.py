@@ -42,11 +42,12 @@ def add_parser(sub: Any) -> None:
 
 
 class Shown:
-    """The log's read as a :class:`cli.progress.Progress` bar (lines off a terminal), and each board rebuilt."""
+    """The log's read as a :class:`cli.progress.Progress` bar on ``bar`` (lines off a terminal), and each board
+    rebuilt, a line on ``out``: the results alone on stdout, as ``hotboard restore`` prints them."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, bar: TextIO) -> None:
         self._out = out
-        self._bar = Progress(out)
+        self._bar = Progress(bar)
 
     def read(self, step: Read) -> None:
         line = f"read {step.records}/{step.total} records (partition {step.partition})"
@@ -59,7 +60,7 @@ class Shown:
 def cmd_rebuild(args: argparse.Namespace) -> int:
     settings = settings_from(ArchiverSettings, args)
     redis_connect.check(settings)
-    shown = Shown(sys.stdout)
+    shown = Shown(sys.stdout, sys.stderr)  # stdout stays the boards rebuilt; progress beside it
 
     async def main() -> int:
         ends = await last_offsets(

@@ -41,7 +41,7 @@ def _sender(redis: Client, send: Send | None) -> Send:
 class Deleted:
     #: False: nothing of the board was there (nothing was written).
     found: bool
-    #: The version the board had (a board written again goes on from it).
+    #: The delete's version, one past the board's (a board written again goes on from it).
     version: int
     #: partition -> the delete point (-1: the partition had no event yet).
     points: dict[int, int]

@@ -17,8 +17,8 @@ BOARD_INDEX_KEY = f"{PREFIX}:board-index"
 #: Fields of ``hb:{B}:meta``.
 META_VERSION = "version"
 META_AS_OF = "as_of"
-#: Field of ``hb:{B}:applied`` kept by a deleted board: the version it had, which a board written again goes on
-#: from (no watermark field is without a colon).
+#: Field of ``hb:{B}:applied`` kept by a deleted board: the delete's version (one past the board's: a delete is
+#: a step of the board), which a board written again goes on from (no watermark field is without a colon).
 APPLIED_DELETED_VERSION = "deleted_version"
 #: Set on a seasonal board's own meta hash once a worker writes one of its periods: it is then written.
 META_PERIODS = "periods"

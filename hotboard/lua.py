@@ -75,7 +75,7 @@ local function commit(k, a, n, expire_ms, nkeys, saturated)
   end
   redis.call('HSET', applied_key, unpack(marks))
   local version, reborn = redis.call('HINCRBY', meta_key, '{META_VERSION}', 1), 0
-  if version == 1 then  -- a new meta: on a deleted board, go on from the version it had
+  if version == 1 then  -- a new meta: on a deleted board, go on from the delete's version
     local floor = redis.call('HGET', applied_key, '{APPLIED_DELETED_VERSION}')
     if floor then version, reborn = redis.call('HINCRBY', meta_key, '{META_VERSION}', tonumber(floor)), 1 end
   end

@@ -14,8 +14,10 @@ from hotboard.keys import APPLIED_DELETED_VERSION, META_AS_OF, META_VERSION
 
 #: Delete a board's scores, meta, definition, player meta and aux structures (its index entry is removed right
 #: after, by the caller: the index is on a slot of its own, and a script touches one slot); raise its
-#: watermarks to the delete point and keep them, with the version it had (a board written again goes on from
-#: it, so no reader's cache keyed by version serves a page of the deleted board). KEYS: board zset, applied
+#: watermarks to the delete point and keep them, with the delete's own version, one past the board's (a board
+#: written again goes on from it, so no reader's cache keyed by version serves a page of the deleted board; and
+#: an update-then-rank wait that saw the version before the delete never takes the first window after it for the
+#: one right after its write, whose event the delete may have removed: reader_api.waits). KEYS: board zset, applied
 #: hash, meta hash, definition hash, player meta hash, members hash, dense zset, counts hash.
 #: ARGV: the board's name (unused by the script; it names the call in SLOWLOG), then pairs (watermark field,
 #: last offset of the log; -1 for an empty partition).
@@ -34,6 +36,7 @@ if content == 0 and floor then status = 2 end
 local version = tonumber(redis.call('HGET', meta_key, '{META_VERSION}') or '0')
 floor = tonumber(floor or '0')
 if floor > version then version = floor end  -- deleted before and not written since
+version = version + 1  -- the delete is a step of the board: the version after it, never one a window takes
 local out = {{status, version}}
 for i = 2, #ARGV, 2 do
   local field, point = ARGV[i], tonumber(ARGV[i + 1])

@@ -225,14 +225,15 @@ class ScoreAccepted(TypedDict):
 
 
 class ScoreAfterWrite(PlayerRank):
-    """The player right after the first window holding the write was applied."""
+    """The player from the first snapshot covering the write: right after its window, when ``exact`` says so."""
 
     version: Annotated[int | None, Schema(minimum=0, description="The board version this answer was read at")]
     exact: Annotated[
         bool,
         Schema(
             description="true: this is the state right after the window that applied the write (the API saw the "
-            "version before it not covering the write); false: a later state, still including the write"
+            "version before it not covering the write); false: not known to be that state (two steps of the board "
+            "landed between two polls): a state read after the write was covered, never older"
         ),
     ]
     token: Token

@@ -10,8 +10,11 @@ watermarks in one snapshot (:data:`hotboard.lua_reads.MARKS`) and the checkpoint
 however many requests wait on that board. Each waiter remembers the last version seen *not* covering it (a
 board without meta reads as the version its next window goes on from): when the first covering snapshot is
 the version right after it, that snapshot is exactly the state right after the covering window was applied
-(see :meth:`Watermarks.wait`). An update-then-rank waiter's player is read in that same script, only once
-its mark is covered, so a window landing after the poll cannot slip in before the read.
+(every step that changes a board moves its version: a window, an erase, a delete, a swap). Past it (two steps
+between two polls) the snapshot is not known to be that state: Redis keeps no order of the steps, and either
+order leaves the same scores, watermarks and version (tests/integration/test_waits.py). An update-then-rank
+waiter's player is read in that same script, only once its mark is covered, so a window landing after the poll
+cannot slip in before the read.
 """
 
 from __future__ import annotations

@@ -285,6 +285,8 @@ class Writes:
         reply = coverage.reply  # read in the snapshot that first showed the write covered
         assert reply is not None, "a player's wait covered by the board carries the player's read"
         header = parse_header(reply, target.name)
+        # one step of the board since a version not covering the write: that step is the write's window; more,
+        # and which came last is not known (not: known to be another state)
         exact = coverage.before is not None and header.version == coverage.before + 1
         self.metrics.waits.labels("score", "exact" if exact else "covered").inc()
         rank = player(target.name, name, reply)

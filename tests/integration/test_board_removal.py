@@ -106,14 +106,15 @@ async def test_a_board_written_again_during_the_delete_stays_listed(redis_client
 
 
 async def test_a_second_delete_says_the_board_was_deleted_already(redis_client: Redis) -> None:
-    """Only the kept watermarks are left of a deleted board: a second delete answers already deleted (the
-    version it had), raises the watermarks to its own delete point, and lists nothing."""
+    """Only the kept watermarks are left of a deleted board: a second delete answers already deleted, raises the
+    watermarks to its own delete point (a step of the board: its version is one past the first's, so a wait that
+    saw the first never takes a window after the second for its own), and lists nothing."""
     assert await _write(redis_client, "b", 5, NO_WATERMARK) is Outcome.APPLIED
     first = await board_removal.delete(redis_client, TOPIC, "b", {0: 7})
     assert first.found and not first.already_deleted
     again = await board_removal.delete(redis_client, TOPIC, "b", {0: 11})
     assert again.found and again.already_deleted
-    assert again.version == first.version and again.points == {0: 11}
+    assert again.version == first.version + 1 and again.points == {0: 11}
     assert not await _listed(redis_client, "b")
     never = await board_removal.delete(redis_client, TOPIC, "never-written", {0: 11})
     assert not never.found and not never.already_deleted

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import subprocess
 import sys
 import time
@@ -36,6 +37,11 @@ DEFINITIONS = {
 PLAIN = BoardDef()
 #: (board, event), in the order they are sent: one player's events keep it on its partition.
 Sent = list[tuple[str, Ev]]
+#: What ``hotboard rebuild`` prints on stdout: results only (each board rebuilt, each skipped, the total), as
+#: ``hotboard restore`` does; its progress goes to stderr.
+RESULT_LINE = re.compile(
+    r"rebuilt [^ ]+: \d+ players|SKIPPED [^ ]+: .+|rebuilt \d+ boards, \d+ players \(\d+ invalid records\)"
+)
 
 
 def definition_of(board: str) -> BoardDef:
@@ -144,6 +150,10 @@ def test_flushall_then_rebuild_from_the_log_then_the_tail(
     done = rebuild_command(url, kafka, topic, "--all")
     assert done.returncode == 0, done.stderr
     assert f"rebuilt {len(want) + 1} boards" in done.stdout, done.stdout  # the season itself too
+    lines = done.stdout.splitlines()
+    assert all(RESULT_LINE.fullmatch(line) for line in lines), f"stdout holds only result lines: {done.stdout}"
+    assert sorted(line.split(":")[0].removeprefix("rebuilt ") for line in lines[:-1]) == sorted([*want, "season"])
+    assert "read " in done.stderr and "records (partition " in done.stderr, done.stderr  # progress, off a terminal
     assert snapshot(url, sorted(want)) == before
     ends = {p: int(v) for p, v in hash_of(r, keys.checkpoint_key(topic)).items() if b":" not in p}
     assert sum(e + 1 for e in ends.values()) == len(head), "the checkpoints say the head is applied"

@@ -5,6 +5,7 @@ afterwards replays only the tail and stays exact."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -149,6 +150,10 @@ def test_flushall_then_restore_without_kafka_then_the_tail(
         assert restored.returncode == 0, restored.stderr
         assert "restored 3 boards" in restored.stdout, restored.stdout
         assert "restoring board-1: " in restored.stderr, restored.stderr  # progress, off a terminal: lines
+        results = re.compile(r"restored [^ ]+: \d+ players|restored \d+ boards, \d+ players")
+        lines = restored.stdout.splitlines()
+        assert all(results.fullmatch(line) for line in lines), f"stdout holds only result lines: {restored.stdout}"
+        assert len(lines) == 3 + 1, "one line per board restored, then the total"
         assert snapshot(redis_server.url) == before
         assert held(redis_server.url) == want
 

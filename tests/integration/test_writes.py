@@ -225,10 +225,10 @@ async def test_update_then_rank_on_a_new_or_deleted_board_is_exact_from_its_firs
 ) -> None:
     """The write waits on a board without meta: new, then deleted. The poller sees it so while no worker runs
     (no window can land), then the worker applies the board's first window since. That answer is the state right
-    after the window (the version after the one the board had, the write alone) and says so."""
+    after the window (the version after the one the board reads as: 0, or the delete's, the write alone) and says so."""
     async with asgi_client(create_app(api(redis_url, kafka, topic))) as c:
         url = "/v1/boards/fresh/players/solo/scores"
-        for round_no, (delta, version) in enumerate([(7, 1), (5, 2)]):
+        for round_no, (delta, version) in enumerate([(7, 1), (5, 3)]):  # the delete's own version: 2
             pending = await polled_once(c, url, delta)
             async with running_worker(kafka, redis_url, topic):
                 r = await pending
@@ -237,7 +237,7 @@ async def test_update_then_rank_on_a_new_or_deleted_board_is_exact_from_its_firs
             assert (ranked["score"], ranked["rank"], ranked["total"], ranked["version"]) == (delta, 1, 1, version)
             assert ranked["exact"] is True, (round_no, ranked)
             deleted = await board_removal.delete(redis_client, topic, "fresh", tokens.decode(ranked["token"]))
-            assert deleted.found and deleted.version == version
+            assert deleted.found and deleted.version == version + 1
         assert 'hotboard_api_waits_total{kind="score",outcome="exact"} 2.0' in metrics_text(c)
 
 

@@ -3,6 +3,7 @@ each with its environment variable and default (so adding a field fails here unt
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 from typing import Literal, get_args, get_origin
@@ -75,17 +76,23 @@ def test_docs_document_every_setting_with_its_option_env_and_default(command: st
     assert not stale, f"docs/configuration.md documents settings that do not exist: {stale}"
 
 
-def test_docs_document_the_archivers_own_settings() -> None:
-    """The archiver takes every worker setting (documented with the worker) and its own, or redefaulted, ones."""
-    from archive.settings import ArchiverSettings
+@pytest.mark.parametrize(
+    ("name", "heading"),
+    [("ArchiverSettings", "## Archiver (`hotboard archiver`)"), ("AuditSettings", "### Audit (`hotboard audit`)")],
+)
+def test_docs_document_the_archive_commands_own_settings(name: str, heading: str) -> None:
+    """The archiver takes every worker setting (documented with the worker) and its own, or redefaulted, ones; the
+    audit the archiver's (documented with it) and its own."""
+    import archive.settings
 
-    rows = documented_table("## Archiver (`hotboard archiver`)")
-    own = set(ArchiverSettings.__annotations__)
-    assert {env_var(ArchiverSettings, n) for n in own} == set(rows)
-    for name in own:
-        field = ArchiverSettings.model_fields[name]
-        options, _, default = rows[env_var(ArchiverSettings, name)]
-        assert option(name) in options
+    settings: type[BaseSettings] = getattr(archive.settings, name)
+    rows = documented_table(heading)
+    own = set(settings.__annotations__)
+    assert {env_var(settings, n) for n in own} == set(rows)
+    for field_name in own:
+        field = settings.model_fields[field_name]
+        options, _, default = rows[env_var(settings, field_name)]
+        assert option(field_name) in options
         assert (float(default) == field.default) if isinstance(field.default, int | float) else default == field.default
 
 
@@ -180,3 +187,59 @@ def test_help_speaks_to_users(capsys: pytest.CaptureFixture[str]) -> None:
         assert "``" not in shown and ":mod:" not in shown, command
         if command in ("produce", "dev", "demo"):
             assert "(default: " in shown, command
+
+
+#: Options that choose what one run acts on, not how the process is configured: no environment variable (a stale
+#: ``HOTBOARD_ACCEPT_RETENTION_LOSS`` would accept a loss nobody asked for).
+RUN_CHOICES = {"--help", "--all", "--board", "--accept-retention-loss"}
+
+
+def subcommand_options(command: str) -> list[argparse.Action]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return [a for a in sub.choices[command]._actions if a.option_strings]
+
+
+@pytest.mark.parametrize("command", ["audit", "restore", "rebuild"])
+def test_every_option_of_the_archive_commands_names_its_environment_variable(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As every generated option does (:mod:`cli.options`): its help names ``HOTBOARD_<NAME>``, and that variable
+    sets it, so an option written by hand beside the generated ones cannot go without one."""
+    options = [a for a in subcommand_options(command) if not set(a.option_strings) & RUN_CHOICES]
+    assert options
+    for action in options:
+        env = f"HOTBOARD_{action.dest.upper()}"
+        assert f"({env}" in (action.help or ""), f"hotboard {command} {action.option_strings[0]}: help names no {env}"
+    from archive.settings import ArchiverSettings, AuditSettings
+
+    settings = AuditSettings if command == "audit" else ArchiverSettings
+    argv = [command] if command == "audit" else [command, "--all"]
+    for action in options:
+        field = settings.model_fields[action.dest]
+        monkeypatch.setenv(env_var(settings, action.dest), sample(field.default, field.annotation))
+        value = getattr(settings_from(settings, build_parser().parse_args(argv)), action.dest)
+        monkeypatch.delenv(env_var(settings, action.dest))
+        assert value != field.default, f"hotboard {command}: {env_var(settings, action.dest)} is not read"
+
+
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_audit_snapshot_timeout_must_be_above_0(
+    where: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before anything is read (nothing listens on port 1: an accepted 0 would be exit 3, not 2)."""
+    argv = [
+        "audit",
+        "--redis",
+        "redis://127.0.0.1:1/0",
+        "--postgres",
+        "postgresql://127.0.0.1:1/x",
+        "--kafka",
+        "127.0.0.1:1",
+    ]
+    if where == "option":
+        argv += ["--snapshot-timeout-s", "0"]
+    else:
+        monkeypatch.setenv("HOTBOARD_SNAPSHOT_TIMEOUT_S", "0")
+    assert main(argv) == 2
+    assert "snapshot_timeout_s" in capsys.readouterr().err

@@ -39,18 +39,18 @@ class _Out(io.StringIO):
 
 
 def test_progress_is_a_bar_on_a_terminal_and_lines_otherwise() -> None:
+    """Progress on its own stream (stderr), the boards rebuilt alone on the other (stdout), as a restore's."""
     steps = [Read(0, 50, 200), Read(1, 200, 200)]
     tty, plain = _Out(True), _Out(False)
-    for out in (tty, plain):
-        shown = Shown(out)
+    for bar in (tty, plain):
+        out = _Out(False)
+        shown = Shown(out, bar)
         for step in steps:
             shown.read(step)
         shown.rebuilt(Rebuilt("global", 7))
-    bar = "#" * (BAR // 4) + "-" * (BAR - BAR // 4)
+        assert out.getvalue() == "rebuilt global: 7 players\n"
+    quarter = "#" * (BAR // 4) + "-" * (BAR - BAR // 4)
     assert tty.getvalue() == (
-        f"\rreading the log [{bar}] 50/200 records\rreading the log [{'#' * BAR}] 200/200 records\n"
-        "rebuilt global: 7 players\n"
+        f"\rreading the log [{quarter}] 50/200 records\rreading the log [{'#' * BAR}] 200/200 records\n"
     )
-    assert plain.getvalue() == (
-        "read 50/200 records (partition 0)\nread 200/200 records (partition 1)\nrebuilt global: 7 players\n"
-    )
+    assert plain.getvalue() == "read 50/200 records (partition 0)\nread 200/200 records (partition 1)\n"
