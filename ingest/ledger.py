@@ -64,15 +64,18 @@ class Ledger:
     def owed(self) -> Mapping[str, Applied]:
         return self._owed
 
-    def applied(self, board: str, applied: Applied) -> None:
+    def applied(self, board: str, mark: int, prev: int, first: int) -> None:
+        """A window of this worker took ``board`` from ``prev`` to ``mark``, its events at or past ``first``."""
         last = self._recent.get(board)
-        if last is not None and applied.prev == last.mark:  # the run goes on
+        if last is not None and prev == last.mark:  # the run goes on
             base = last.prev if last.base is None else last.base
-            applied = applied._replace(base=base, floor=last.first if last.floor is None else last.floor)
-        self._recent[board] = applied
-        owed = self._owed.get(board)
-        if owed is not None and applied.mark >= owed.mark:
-            del self._owed[board]
+            self._recent[board] = Applied(mark, prev, first, base, last.first if last.floor is None else last.floor)
+        else:
+            self._recent[board] = Applied(mark, prev, first)
+        if self._owed:
+            owed = self._owed.get(board)
+            if owed is not None and mark >= owed.mark:
+                del self._owed[board]
 
     def checkpoint_moved(self, checkpoint: int) -> None:
         """This worker moved the checkpoint to ``checkpoint``: every owed entry at or below it is replayed."""

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from flusher.batch import NO_WATERMARK
 from hotboard.boards import BoardDef
-from ingest.ledger import Applied, Ledger
+from ingest.ledger import Ledger
 
 
 class HaltReason(StrEnum):
@@ -222,7 +222,7 @@ class PartitionState:
         if first is not None:
             prev = self.watermarks.get(board, NO_WATERMARK)
             # the board's events of the window lie past the watermark it replaced, and at or past ``first``
-            self.ledger.applied(board, Applied(offset, prev, max(first, prev + 1)))
+            self.ledger.applied(board, offset, prev, max(first, prev + 1))
         self.watermarks[board] = offset
         self.clear.add(board)
         self._recent.add(board)

@@ -10,7 +10,10 @@ from typing import NamedTuple
 import pytest
 from aiokafka import TopicPartition
 
+from archive.sink import ArchiveSink
 from flusher.batch import NO_WATERMARK, BoardBatch, RewindSource, RewindView
+from flusher.cluster import ClusterSink
+from flusher.redis_sink import RedisSink
 from hotboard.codec import InvalidEvent, Reason
 from ingest import dlq
 from ingest.assignment import Assignment
@@ -106,9 +109,9 @@ def test_the_rewind_decision(row: Row) -> None:
 
 def test_a_replay_below_the_mark_keeps_the_entry_owed_across_a_second_resync() -> None:
     ledger = Ledger()
-    ledger.applied("b", Applied(120, 100, 101))
+    ledger.applied("b", 120, 100, 101)
     ledger.positioned({"b": Applied(120, 100, 101)}, gen=0, epoch=0)  # found behind, rewound
-    ledger.applied("b", Applied(110, 100, 101))  # the replay's first window lands below 120
+    ledger.applied("b", 110, 100, 101)  # the replay's first window lands below 120
     assert ledger.entries() == {"b": Applied(120, 100, 101)}  # the newest: what a second resync compares
     ledger.positioned(ledger.owed(), gen=0, epoch=0)  # the second resync, Redis still at 110
     assert ledger.entries() == {"b": Applied(120, 100, 101)}
@@ -116,7 +119,7 @@ def test_a_replay_below_the_mark_keeps_the_entry_owed_across_a_second_resync() -
     assert ledger.entries() == {"b": Applied(120, 100, 101)}
     ledger.checkpoint_moved(119)
     assert "b" in ledger.owed()
-    ledger.applied("b", Applied(125, 110, 121))  # applied again past it: settled
+    ledger.applied("b", 125, 110, 121)  # applied again past it: settled
     assert ledger.owed() == {} and ledger.entries() == {"b": Applied(125, 110, 121)}
 
 
@@ -310,3 +313,9 @@ def test_a_replayed_record_dead_lettered_before_is_not_dead_lettered_again() -> 
     letters = [(0, (json_record({}, offset), bad)) for offset in (95, 130, 131)] + [(1, (json_record({}, 5), bad))]
     kept = dlq.past_checkpoints(letters, {0: 130, 1: NO_WATERMARK})
     assert [(p, r.offset) for p, (r, _) in kept] == [(0, 131), (1, 5)]  # at or below 130: acknowledged before
+
+
+def test_only_the_cluster_sink_offers_rewinds() -> None:
+    """One server holds the checkpoints and the boards as one dataset: no ledger, no rewind there."""
+    assert issubclass(ClusterSink, RewindSource)
+    assert not issubclass(RedisSink, RewindSource) and not issubclass(ArchiveSink, RewindSource)
