@@ -4,10 +4,10 @@ archive, ``archive.sink.ArchiveSink``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from hotboard.board_store import Found
 from hotboard.boards import DEFAULT, BoardDef
@@ -137,3 +137,32 @@ class Sink(Protocol):
 
     def forget_registry(self) -> None:
         """The server restarted: whatever the sink remembers having written there is to be written again."""
+
+
+@dataclass(frozen=True, slots=True)
+class RewindView:
+    """What a sink holds for a rewind decision (:mod:`ingest.rewind`): boards' watermarks for a partition, then,
+    read after them (a restore landing in between is seen), the partition's checkpoint, restore generation,
+    restoring mark and epoch."""
+
+    #: board -> the partition's watermark on it (NO_WATERMARK: absent).
+    marks: Mapping[str, int]
+    #: NO_WATERMARK: none.
+    checkpoint: int
+    gen: int
+    #: A restoring mark is present (``<p>:restoring`` or ``<p>:restoring_by``), whatever its deadline.
+    restoring: bool
+    epoch: int
+
+
+@runtime_checkable
+class RewindSource(Protocol):
+    """A sink whose boards may hold less than their checkpoint says (a Redis Cluster: a board's master and the
+    checkpoints' master fail apart, and a promoted replica may lack windows whose checkpoint moved). On one
+    server the checkpoint and the boards are lost together, so a sink there does not offer this."""
+
+    def restore_state(self, partition: int) -> tuple[int, int]:
+        """The partition's restore generation and epoch as read at its last positioning."""
+        ...
+
+    async def load_rewind(self, partition: int, boards: Collection[str]) -> RewindView: ...

@@ -49,6 +49,10 @@ class CheckpointHash:
             )
         return field
 
+    def restore_state(self, partition: int) -> tuple[int, int]:
+        """The partition's restore generation and epoch as read at its last positioning (absent: 0)."""
+        return self._gens.get(partition, 0), self._epochs.get(partition, 0)
+
     def _set_epoch(self, partition: int, epoch: int) -> None:
         self._epochs[partition] = epoch
         self._fields.pop(partition, None)

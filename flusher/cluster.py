@@ -30,7 +30,7 @@ from redis.crc import key_slot
 from redis.exceptions import AskError, ConnectionError, MovedError, RedisError, TryAgainError
 
 from flusher import wire
-from flusher.batch import BoardBatch, BoardResult, ExpectedWatermark
+from flusher.batch import BoardBatch, BoardResult, ExpectedWatermark, RewindView
 from flusher.redis_sink import _APPLY, _FLUSH, SCRIPT_PLAYERS, RedisSink
 from flusher.server import parse_run_id
 from hotboard import keys
@@ -62,6 +62,10 @@ def _ack_tags() -> list[str]:
             missing -= 1
         i += 1
     return [t for t in tags if t is not None]
+
+
+#: Boards per round of a rewind's watermark read (``load_rewind``): a worker's ledger holds its boards in use.
+REWIND_CHUNK = 10_000
 
 
 class ClusterSink(RedisSink):
@@ -109,6 +113,33 @@ class ClusterSink(RedisSink):
         checkpoint, *rows = await self.routed(commands, route, (), wait=False)
         marks = {b: -1 if v is None else int(v) for b, v in zip(ordered, rows, strict=True)}
         return marks, -1 if checkpoint is None else int(checkpoint)
+
+    async def load_rewind(self, partition: int, boards: Collection[str]) -> RewindView:
+        """The boards' watermarks for ``partition`` (one round per master, in chunks), then its checkpoint, restore
+        generation, restoring mark and epoch: a restore landing between the two reads shows in the second."""
+        ordered = list(boards)
+        field = self.field(partition)
+        marks: dict[str, int] = {}
+        for i in range(0, len(ordered), REWIND_CHUNK):
+            chunk = ordered[i : i + REWIND_CHUNK]
+            route = [keys.applied_key(b) for b in chunk]
+            rows = await self.routed([_pack("HGET", k, field) for k in route], route, (), wait=False)
+            for board, v in zip(chunk, rows, strict=True):
+                if isinstance(v, Exception):
+                    raise v
+                marks[board] = -1 if v is None else int(v)
+        # ``<p>:restoring_by``: the restoring mark naming its run (archive.lowering), beside the bare deadline
+        p = str(partition)
+        fields = [p, keys.gen_field(partition), keys.restoring_field(partition), keys.restoring_by_field(partition)]
+        held = await self._cluster.hmget(self._key, [*fields, keys.epoch_field(partition)])
+        checkpoint, gen, restoring, restoring_by, epoch = held
+        return RewindView(
+            marks,
+            -1 if checkpoint is None else int(checkpoint),
+            0 if gen is None else int(gen),
+            restoring is not None or restoring_by is not None,
+            0 if epoch is None else int(epoch),
+        )
 
     async def flush(self, batches: Sequence[BoardBatch], expected: ExpectedWatermark) -> list[BoardResult]:
         """Ordered by slot (FLUSH groups break where it changes), answered in the order given."""

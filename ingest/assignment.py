@@ -1,7 +1,8 @@
 """The partitions a worker holds: their state, why each is paused, where each resumes, and why one is halted.
 
 Positioning reads the partition's checkpoint from Redis and the log's first offset from Kafka, and asks the
-pure decision in :mod:`ingest.partitions`. Halting is loud: the partition stays paused, ``/readyz`` fails, the
+pure decision in :mod:`ingest.partitions` (and, where a board may hold less than its checkpoint says, the rewind
+of :mod:`ingest.rewind`). Halting is loud: the partition stays paused, ``/readyz`` fails, the
 ``hotboard_redis_data_loss`` gauge counts it, and it is looked at again every ``halt_recheck_s``.
 """
 
@@ -14,11 +15,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from flusher.batch import NO_WATERMARK, BoardBatch, Sink
+from flusher.batch import NO_WATERMARK, BoardBatch, RewindSource, Sink
 from ingest.checkpoint import Checkpoint
 from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason, PartitionState, position
 from ingest.pausing import PauseReason, Pauses
+from ingest.rewind import rewind_for
 from ingest.settings import WorkerSettings
 
 log = logging.getLogger("hotboard.worker")
@@ -103,12 +105,14 @@ class Assignment:
         state = self._parts.get(partition)
         return NO_WATERMARK if state is None else state.watermarks.get(board, NO_WATERMARK)
 
-    def applied(self, batches: Iterable[BoardBatch]) -> None:
-        """Every batch landed: its boards' watermarks are ours now."""
+    def applied(self, batches: Iterable[BoardBatch], firsts: Mapping[int, int]) -> None:
+        """Every batch landed: its boards' watermarks are ours now (``firsts``: partition -> its window's first
+        offset, for the ledger of :mod:`ingest.rewind`, kept where boards may lose what checkpoints hold)."""
+        ledger = isinstance(self._sink, RewindSource)
         for batch in batches:
             for p, offset in batch.offsets.items():
                 if (state := self._parts.get(p)) is not None:
-                    state.applied(batch.board, offset)
+                    state.applied(batch.board, offset, firsts.get(p, NO_WATERMARK) if ledger else None)
 
     async def advance_checkpoints(self, covered: Mapping[int, int], lowest_letter: Mapping[int, int]) -> dict[int, int]:
         """Move the checkpoints of a window whose batches all landed (see :mod:`ingest.checkpoint`); returns the
@@ -210,7 +214,7 @@ class Assignment:
                     recorded[0],
                     " in a new log epoch" if new_log else "",
                 )
-            self._position_one(p, tp, checkpoint, committed.get(p), starts[tp])
+            await self._position_one(p, tp, checkpoint, committed.get(p), starts[tp])
         await self.record_halts()
         self.update_halts()
         return run_id
@@ -224,7 +228,7 @@ class Assignment:
             await self._sink.record_halt(p, reason)
             self._unrecorded.pop(p, None)
 
-    def _position_one(
+    async def _position_one(
         self, p: int, tp: TopicPartition, checkpoint: int | None, committed: int | None, start: int
     ) -> None:
         state = self._parts[p]
@@ -232,15 +236,23 @@ class Assignment:
         if isinstance(decision, Halt):
             self.halt(state, decision)
             return
-        self._consumer.seek(tp, decision.offset)
+        # a board that lacks windows this worker applied below the checkpoint moves the resume point back
+        resume, owed = await rewind_for(self._sink, state, checkpoint, decision.offset, start, self._metrics)
+        if self._parts.get(p) is not state:
+            return  # revoked meanwhile
+        if isinstance(resume, Halt):
+            self.halt(state, resume)
+            return
+        self._consumer.seek(tp, resume)
         state.positioned(
-            NO_WATERMARK if checkpoint is None else checkpoint, decision.offset, self._consumer.last_poll_timestamp(tp)
+            NO_WATERMARK if checkpoint is None else checkpoint, resume, self._consumer.last_poll_timestamp(tp)
         )
+        state.ledger.positioned(*owed)
         if self.backpressured:
             self.pause([p], PauseReason.BACKPRESSURE)  # the bound holds for newly positioned ones too
         self.release([p], PauseReason.HALTED)
         self.release([p], PauseReason.POSITIONING)
-        log.info("partition %d resumes at %d (checkpoint %s)", p, decision.offset, checkpoint)
+        log.info("partition %d resumes at %d (checkpoint %s)", p, resume, checkpoint)
 
     def halt(self, state: PartitionState, halt: Halt, *, record: bool = True) -> None:
         """History is gone: do not guess. An operator restores Redis or writes the checkpoint (:data:`LIFT_HALT`)."""
@@ -262,30 +274,6 @@ class Assignment:
 
     def update_halts(self) -> None:
         self._metrics.data_loss.set(len(self.halted))
-
-    async def out_of_range(self, offsets: dict[TopicPartition, int]) -> list[int]:
-        """The broker says a position is outside the log: retention deleted it, or the log is not the one the
-        checkpoint came from. Never reset silently (auto_offset_reset is "none"). Returns the halted ones."""
-        mine = {tp: o for tp, o in offsets.items() if tp.partition in self._parts}
-        if not mine:
-            return []
-        try:
-            starts = await self._consumer.beginning_offsets(list(mine))
-        except Exception:  # noqa: BLE001 - the halt is right either way; only its wording needs the start
-            starts = {}
-        for tp, offset in mine.items():
-            start = starts.get(tp)
-            if start is not None and offset < start:
-                halt = Halt(
-                    HaltReason.RETENTION_LOST,
-                    f"position {offset} but the log starts at {start}: {start - offset} records were deleted "
-                    "before they were applied",
-                    start - offset,
-                )
-            else:
-                halt = Halt(HaltReason.BEYOND_LOG_END, f"position {offset} is outside the log (re-created topic?)")
-            self.halt(self._parts[tp.partition], halt)
-        return [tp.partition for tp in mine]
 
     def check_log_end(self) -> list[int]:
         """A position past the log's end, seen in a fetch made after positioning: the checkpoint belongs to

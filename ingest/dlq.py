@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaError
 
 from hotboard.codec import InvalidEvent
 from hotboard.records import Record
+from ingest.folds import DeadLetter
 from ingest.lenient_records import header_name_ok
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,15 @@ class Letter:
     @property
     def size(self) -> int:
         return len(self.key or b"") + len(self.value or b"") + sum(len(k) + len(v) for k, v in self.headers)
+
+
+def past_checkpoints(
+    letters: list[tuple[int, DeadLetter]], checkpoints: Mapping[int, int]
+) -> list[tuple[int, DeadLetter]]:
+    """The letters still to send: a letter at or below its partition's checkpoint was acknowledged before the
+    checkpoint passed it, and a rewind (:mod:`ingest.rewind`) replays its record for the boards that lack
+    windows there, never for the DLQ again."""
+    return [(p, dead) for p, dead in letters if dead[0].offset > checkpoints.get(p, -1)]
 
 
 def letter(topic: str, partition: int, record: Record, error: InvalidEvent, max_bytes: int) -> Letter:

@@ -74,6 +74,8 @@ class PartitionFold:
     periods: dict[str, PeriodTarget] = field(default_factory=dict)
     #: Last offset folded (valid, invalid or skipped alike); -1 when nothing was folded yet.
     last_offset: int = -1
+    #: First offset folded (as ``last_offset``): every board's events of this fold lie at or past it.
+    first_offset: int = -1
     entries: int = 0
     events: int = 0
     #: Oldest and newest event time seen (ms), for freshness; None when events carried no ts.
@@ -263,6 +265,8 @@ class PartitionFold:
         self.events += done - not_folded
         if done:
             self.last_offset = records[done - 1].offset
+            if self.first_offset < 0:
+                self.first_offset = records[0].offset
         # Freshness from the first and last folded events (a partition's events arrive in time order), not
         # from every event: two comparisons per event would cost more than the histogram is worth.
         for ts in (first_ts, last_ts):

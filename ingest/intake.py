@@ -81,7 +81,7 @@ class Intake:
         try:
             batch = await self._consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=self.settings.max_poll_records)
         except OffsetOutOfRangeError as exc:
-            await self._assignment.out_of_range(exc.args[0] if exc.args else {})
+            await self._out_of_range(exc.args[0] if exc.args else {})
             return False
         except NoOffsetForPartitionError:
             return False  # assigned, not positioned yet: positioning seeks it from its checkpoint
@@ -94,6 +94,32 @@ class Intake:
         if batch:
             await self.fold(batch)
         return bool(batch)
+
+    async def _out_of_range(self, offsets: dict[TopicPartition, int]) -> list[int]:
+        """The broker says a position is outside the log: retention deleted it, or the log is not the one the
+        checkpoint came from. Never reset silently (auto_offset_reset is "none"). Returns the halted ones."""
+        parts = self._assignment.parts
+        mine = {tp: o for tp, o in offsets.items() if tp.partition in parts}
+        if not mine:
+            return []
+        try:
+            starts = await self._consumer.beginning_offsets(list(mine))
+        except Exception:  # noqa: BLE001 - the halt is right either way; only its wording needs the start
+            starts = {}
+        for tp, offset in mine.items():
+            start = starts.get(tp)
+            if start is not None and offset < start:
+                halt = Halt(
+                    HaltReason.RETENTION_LOST,
+                    f"position {offset} but the log starts at {start}: {start - offset} records were deleted "
+                    "before they were applied",
+                    start - offset,
+                )
+            else:
+                halt = Halt(HaltReason.BEYOND_LOG_END, f"position {offset} is outside the log (re-created topic?)")
+            if (state := parts.get(tp.partition)) is not None:
+                self._assignment.halt(state, halt)
+        return [tp.partition for tp in mine]
 
     def forget_idle(self) -> None:
         """Every ``forget_idle_boards_s``: idle boards leave the partitions' bookkeeping. Runs here, between
@@ -265,6 +291,8 @@ class Intake:
         reason = InvalidEvent(Reason.UNREADABLE, f"header name is not UTF-8 (hex {header_hex[:64]})")
         fold.dead.append((record, reason))
         fold.last_offset = record.offset
+        if fold.first_offset < 0:
+            fold.first_offset = record.offset
         state.folded_to(record.offset)
         self._metrics.events.labels("invalid").inc()
         log.warning(

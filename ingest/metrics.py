@@ -96,6 +96,12 @@ class WorkerMetrics:
             registry=r,
         )
         self.resyncs = Counter("hotboard_resyncs", "Resynchronisations from Redis, by cause", ["reason"], registry=r)
+        self.resync_rewinds = Counter(
+            "hotboard_resync_rewinds",
+            "Positionings that resumed before the checkpoint: boards held less than this worker applied to them",
+            ["partition"],
+            registry=r,
+        )
         for result in ("applied", "invalid", "duplicate"):
             self.events.labels(result)
         for result in ("flushed", "failed", "fenced"):

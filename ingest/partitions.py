@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from flusher.batch import NO_WATERMARK
 from hotboard.boards import BoardDef
+from ingest.ledger import Ledger
 
 
 class HaltReason(StrEnum):
@@ -100,6 +101,7 @@ class PartitionState:
         "_recheck_at",
         "clear",
         "fast",
+        "ledger",
         "next_offset",
         "partition",
         "watermarks",
@@ -130,6 +132,8 @@ class PartitionState:
         self.fast: dict[str, BoardDef] = {}
         #: Boards applied or looked up since the last :meth:`forget_idle`: the others are idle.
         self._recent: set[str] = set()
+        #: The windows this worker applied, kept across positionings (see :mod:`ingest.rewind`).
+        self.ledger = Ledger()
 
     def __repr__(self) -> str:
         return f"<PartitionState {self.partition} {self._phase} next={self.next_offset} checkpoint={self._checkpoint}>"
@@ -181,6 +185,7 @@ class PartitionState:
         for another reason)."""
         first = self._halt is None or self._halt.reason != halt.reason
         self._halt = halt
+        self.ledger.clear()  # the checkpoint is the operator's now: no rewind past what they write
         self._recheck_at = recheck_at
         self._phase = Phase.HALTED
         return first
@@ -211,8 +216,13 @@ class PartitionState:
         if last_offset >= self.next_offset:
             self.next_offset = last_offset + 1
 
-    def applied(self, board: str, offset: int) -> None:
-        """Our own batch for ``board`` landed up to ``offset``."""
+    def applied(self, board: str, offset: int, first: int | None = None) -> None:
+        """Our own batch for ``board`` landed up to ``offset``; ``first``: the first record of its window, for the
+        ledger (None: no ledger kept, as on one server)."""
+        if first is not None:
+            prev = self.watermarks.get(board, NO_WATERMARK)
+            # the board's events of the window lie past the watermark it replaced, and at or past ``first``
+            self.ledger.applied(board, offset, prev, max(first, prev + 1))
         self.watermarks[board] = offset
         self.clear.add(board)
         self._recent.add(board)
@@ -229,6 +239,7 @@ class PartitionState:
     def checkpoint_moved(self, new: int) -> None:
         """Redis confirmed the checkpoint move."""
         self._checkpoint = new
+        self.ledger.checkpoint_moved(new)
 
     def forget_idle(self, pending: Container[str]) -> int:
         """Drop the boards idle since the last call (a week's period boards once the next week runs), so the
@@ -242,5 +253,6 @@ class PartitionState:
             del self.watermarks[board]
             self.clear.discard(board)
             self.fast.pop(board, None)
+        self.ledger.forget(idle)  # its owed entries stay until the replay passes them
         self._recent = set()
         return len(idle)

@@ -58,6 +58,10 @@ class Window:
         """partition -> last folded offset, for partitions that folded anything."""
         return {p: fold.last_offset for p, fold in self.folds.items() if fold.last_offset >= 0}
 
+    def first_offsets(self) -> dict[int, int]:
+        """partition -> first folded offset, for partitions that folded anything."""
+        return {p: fold.first_offset for p, fold in self.folds.items() if fold.last_offset >= 0}
+
     def batches(self, max_players: int) -> list[BoardBatch]:
         """The window as board batches of at most ``max_players`` players where partitions allow
         (:func:`ingest.batching.merge`)."""

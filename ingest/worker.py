@@ -447,6 +447,11 @@ class Worker:
             redefined = sum(r.outcome is Outcome.REDEFINED for r in results)
             self.flushes += 1
             self.metrics.record_window(window, results, duration)
+            if fenced or redefined:
+                # the boards that did take the window: the ledger a rewind reads must know them too
+                took = (Outcome.APPLIED, Outcome.ALREADY_APPLIED)
+                landed = [b for b, r in zip(batches, results, strict=True) if r.outcome in took]
+                self._assignment.applied(landed, window.first_offsets())
             if fenced:
                 # Someone else moved a watermark: we lost the partition (zombie) or Redis lost writes. Start over
                 # from what Redis says; boards that did take this window skip it on replay.
@@ -460,7 +465,7 @@ class Worker:
                 self._resync("definition")
                 return True
             # 2. learn the new watermarks of the boards that took the window
-            self._assignment.applied(batches)
+            self._assignment.applied(batches, window.first_offsets())
             # 3. dead letters into the outbox and out, only now: a window refused (fenced, redefined) is folded
             #    again, and may judge them differently. A letter the DLQ refuses holds its partition's checkpoint
             await self._send_dead_letters(window)
@@ -493,7 +498,7 @@ class Worker:
         return Counters(int(applied), self.flushes, self.dead_letters, int(lag))
 
     async def _send_dead_letters(self, window: Window) -> None:
-        letters = window.take_dead_letters()
+        letters = dlq.past_checkpoints(window.take_dead_letters(), self._assignment.checkpoints(window.folds))
         self.dead_letters += len(letters)
         for partition, (record, error) in letters:
             self.metrics.dlq.labels(error.reason.value).inc()
