@@ -18,7 +18,8 @@ class Applied(NamedTuple):
     #: first record of the partition.
     first: int
     #: The run of this worker's windows on the board this one ends (each taking the board from the watermark
-    #: the one before left, since the last positioning): the watermark it began from and its first window's
+    #: the one before left, across positionings while the ledger describes Redis): the watermark it began from
+    #: and its first window's
     #: ``first``; None: this window alone.
     base: int | None = None
     floor: int | None = None
@@ -36,10 +37,10 @@ class Applied(NamedTuple):
 
 class Ledger:
     """One partition's record of the windows this worker applied, kept across its positionings: the last window
-    per board since the last positioning, and the entries a positioning found still owed (a board behind them)
-    until a window of the board lands at or past them or the checkpoint this worker moves passes them (the
-    replay reached them). Bounded by the boards in use: the idle boards go with the watermarks
-    (:meth:`forget`), the owed ones once the replay passes them."""
+    per board (until the board goes idle or the ledger no longer describes Redis), and the entries a positioning
+    found still owed (a board behind them) until a window of the board lands at or past them or the checkpoint
+    this worker moves passes them (the replay reached them). Bounded by the boards in use: the idle boards go with
+    the watermarks (:meth:`forget`), the owed ones once the replay passes them."""
 
     __slots__ = ("_owed", "_recent", "epoch", "gen")
 
@@ -54,7 +55,7 @@ class Ledger:
         return len(self._recent.keys() | self._owed.keys())
 
     def entries(self) -> dict[str, Applied]:
-        """board -> the newest window this worker applied to it (owed or since the last positioning)."""
+        """board -> the newest window this worker applied to it (owed, or its last)."""
         out = dict(self._owed)
         for board, applied in self._recent.items():
             if board not in out or applied.mark > out[board].mark:
@@ -87,8 +88,12 @@ class Ledger:
         for board in boards:
             self._recent.pop(board, None)
 
-    def positioned(self, owed: Mapping[str, Applied], gen: int, epoch: int) -> None:
-        self._recent = {}
+    def positioned(self, owed: Mapping[str, Applied], gen: int, epoch: int, reset: bool) -> None:
+        """A positioning under restore generation ``gen`` and ``epoch`` found ``owed`` behind. The last windows
+        stay unless ``reset`` (the ledger no longer describes Redis): a board its master holds whole now may still
+        lack a window on a replica that fails over later, and a run of windows goes on across the positioning."""
+        if reset:
+            self._recent = {}
         self._owed = dict(owed)
         self.gen = gen
         self.epoch = epoch

@@ -48,6 +48,10 @@ class Rewind:
     owed: dict[str, Applied] = field(default_factory=dict)
     #: board -> (what Redis holds, what this worker applied), for the boards found behind (the log line).
     behind: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: The ledger no longer describes what Redis holds (a restore or rebuild since, another epoch, a log replayed
+    #: from its start): every entry goes. Otherwise the last windows stay across the positioning: a replica may
+    #: still lack one that its master holds now, and fail over later.
+    reset: bool = False
 
     def sample(self, limit: int = 5) -> str:
         """The first boards found behind, for a log line."""
@@ -71,10 +75,10 @@ def decide(
     holds now (``view``), the generation and epoch of the ledger's positioning (``gen``, ``epoch``) and of the
     one being made (``positioned_*``, read before ``view``), the checkpoint it is made from, the log's start."""
     if not ledger:
-        return Rewind()
+        return Rewind(reset=True)
     restored = view.restoring or not gen == positioned_gen == view.gen or not epoch == positioned_epoch == view.epoch
     if restored or checkpoint is None or checkpoint == NO_WATERMARK:
-        return Rewind()  # a restore's lowering (or a log replayed from its start) governs: the ledger goes
+        return Rewind(reset=True)  # a restore's lowering (or a log replayed from its start) governs: the ledger goes
     if view.checkpoint != checkpoint:
         return Rewind(owed=dict(ledger))  # moved meanwhile: positioned again soon, and decided then
     owed: dict[str, Applied] = {}
@@ -96,23 +100,23 @@ def decide(
             f"boards behind what this worker applied lack records from offset {target}, but the log starts at "
             f"{log_start}"
         )
-        return Rewind(lost=detail, behind=behind)
+        return Rewind(lost=detail, behind=behind, reset=True)
     return Rewind(seek=target, owed=owed, behind=behind)
 
 
 async def rewind_for(
     sink: Sink, state: PartitionState, checkpoint: int | None, resume: int, start: int, metrics: WorkerMetrics
-) -> tuple[int | Halt, tuple[Mapping[str, Applied], int, int]]:
+) -> tuple[int | Halt, tuple[Mapping[str, Applied], int, int, bool]]:
     """Where ``state``'s partition resumes instead of ``resume`` (right after ``checkpoint``), or why it halts,
     when a board holds less than this worker applied to it; and what its ledger keeps from then on (the entries
-    still owed, the restore generation and epoch of this positioning)."""
+    still owed, the restore generation and epoch of this positioning, whether its last windows go too)."""
     if not isinstance(sink, RewindSource):
-        return resume, ({}, 0, 0)
+        return resume, ({}, 0, 0, True)
     gen, epoch = sink.restore_state(state.partition)
     ledger = state.ledger
     entries = ledger.entries()
     if not entries:
-        return resume, ({}, gen, epoch)
+        return resume, ({}, gen, epoch, True)
     view = await sink.load_rewind(state.partition, entries)
     rewind = decide(
         entries,
@@ -128,9 +132,9 @@ async def rewind_for(
     if rewind.behind:
         log.warning("partition %d: boards hold less than this worker applied (held < applied): %s", p, rewind.sample())
     if rewind.lost is not None:
-        return Halt(HaltReason.RETENTION_LOST, rewind.lost), ({}, gen, epoch)
+        return Halt(HaltReason.RETENTION_LOST, rewind.lost), ({}, gen, epoch, True)
     if rewind.seek is not None and rewind.seek < resume:
         metrics.resync_rewinds.labels(str(p)).inc()
         log.warning("partition %d rewinds to %d, before its checkpoint %s", p, rewind.seek, checkpoint)
         resume = rewind.seek
-    return resume, (rewind.owed, gen, epoch)
+    return resume, (rewind.owed, gen, epoch, rewind.reset)

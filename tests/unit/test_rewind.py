@@ -110,10 +110,10 @@ def test_the_rewind_decision(row: Row) -> None:
 def test_a_replay_below_the_mark_keeps_the_entry_owed_across_a_second_resync() -> None:
     ledger = Ledger()
     ledger.applied("b", 120, 100, 101)
-    ledger.positioned({"b": Applied(120, 100, 101)}, gen=0, epoch=0)  # found behind, rewound
+    ledger.positioned({"b": Applied(120, 100, 101)}, gen=0, epoch=0, reset=False)  # found behind, rewound
     ledger.applied("b", 110, 100, 101)  # the replay's first window lands below 120
     assert ledger.entries() == {"b": Applied(120, 100, 101)}  # the newest: what a second resync compares
-    ledger.positioned(ledger.owed(), gen=0, epoch=0)  # the second resync, Redis still at 110
+    ledger.positioned(ledger.owed(), gen=0, epoch=0, reset=False)  # the second resync, Redis still at 110
     assert ledger.entries() == {"b": Applied(120, 100, 101)}
     ledger.forget(["b"])  # idle: the last windows go, the owed entry stays
     assert ledger.entries() == {"b": Applied(120, 100, 101)}
@@ -125,7 +125,7 @@ def test_a_replay_below_the_mark_keeps_the_entry_owed_across_a_second_resync() -
 
 def test_an_owed_entry_goes_once_the_checkpoint_passes_it() -> None:
     ledger = Ledger()
-    ledger.positioned({"b": Applied(120, 100, 101), "c": Applied(200, 150, 151)}, gen=0, epoch=0)
+    ledger.positioned({"b": Applied(120, 100, 101), "c": Applied(200, 150, 151)}, gen=0, epoch=0, reset=False)
     ledger.checkpoint_moved(150)
     assert set(ledger.owed()) == {"c"} and len(ledger) == 1
 
@@ -155,7 +155,7 @@ def test_the_partition_state_keeps_its_ledger_bounded_by_the_boards_in_use() -> 
 def test_an_owed_entry_survives_forget_idle_and_a_halt_clears_the_ledger() -> None:
     state = PartitionState(0)
     state.positioned(130, 131)
-    state.ledger.positioned({"b": Applied(120, 100, 101)}, gen=0, epoch=0)
+    state.ledger.positioned({"b": Applied(120, 100, 101)}, gen=0, epoch=0, reset=False)
     state.forget_idle(pending=set())
     state.forget_idle(pending=set())
     assert set(state.ledger.entries()) == {"b"}
@@ -283,7 +283,9 @@ async def test_an_absent_watermark_or_one_server_never_rewinds() -> None:
     rig = _Rig()
     await rig.applied_past_the_checkpoint()
     del rig.sink.watermarks[("b", 0)]  # a FLUSHALL of b's master, an expired period board
-    assert await rig.resync() == 131 and rig.rewinds() == 0 and len(rig.state.ledger) == 0
+    assert await rig.resync() == 131 and rig.rewinds() == 0
+    assert len(rig.state.ledger) == 1, "b's last window stays (until it goes idle), never rewound for while absent"
+    assert await rig.resync() == 131 and rig.rewinds() == 0
     one = _Rig(FakeSink())  # one server: checkpoints and boards are lost together
     await one.applied_past_the_checkpoint()
     one.sink.watermarks[("b", 0)] = 99
