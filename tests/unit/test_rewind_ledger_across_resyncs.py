@@ -19,9 +19,9 @@ TP0 = TopicPartition("scores", 0)
 async def test_a_resync_while_the_replica_still_lags_keeps_what_it_would_rewind_for() -> None:
     """b's window (100..120) lands on its master M; M's replica R has not got it (acks short / the other replica
     acknowledged); the checkpoint moves to 130. Any resync now (a fence on another board, a redeclared board,
-    another master's failover) reads b at 120 on M: not behind, and the ledger must keep
-    b's entry all the same. Then M dies and R, lacking the window, is promoted: the worker holds the partition and applied the
-    window: it must rewind to 100, not resume after the checkpoint (100..120 would never reach b)."""
+    another master's failover) reads b at 120 on M: not behind, and the ledger must keep b's entry all the same.
+    Then M dies and R, lacking the window, is promoted: the worker holds the partition and applied the window, so
+    it must rewind to 100, not resume after the checkpoint (100..120 would never reach b otherwise)."""
     rig = _Rig()
     await rig.applied_past_the_checkpoint()
     assert await rig.resync() == 131  # a resync for any cause while M still holds the window
