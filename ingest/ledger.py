@@ -65,6 +65,10 @@ class Ledger:
     def owed(self) -> Mapping[str, Applied]:
         return self._owed
 
+    def last_windows(self) -> Mapping[str, Applied]:
+        """board -> the last window this worker applied to it (kept across positionings, see :meth:`forget`)."""
+        return self._recent
+
     def applied(self, board: str, mark: int, prev: int, first: int) -> None:
         """A window of this worker took ``board`` from ``prev`` to ``mark``, its events at or past ``first``."""
         last = self._recent.get(board)

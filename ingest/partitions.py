@@ -253,6 +253,12 @@ class PartitionState:
             del self.watermarks[board]
             self.clear.discard(board)
             self.fast.pop(board, None)
-        self.ledger.forget(idle)  # its owed entries stay until the replay passes them
+        # the last windows of boards not looked up since a positioning (no watermark kept) go the same way
+        stale = [
+            b
+            for b, applied in self.ledger.last_windows().items()
+            if b not in self.watermarks and applied.mark <= checkpoint and b not in recent and b not in pending
+        ]
+        self.ledger.forget([*idle, *stale])  # its owed entries stay until the replay passes them
         self._recent = set()
         return len(idle)
