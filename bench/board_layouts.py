@@ -350,8 +350,20 @@ while a < #ARGV do
 end
 return out
 """
-SCRIPTS = (*SCRIPTS, PER_SLOT)
-_PER_SLOT = Script(PER_SLOT)
+#: (c)/(d) with each board's previous version kept beside its version (``prev``): what ``?wait=true``'s exact
+#: rule (the covering version is one step past the last one seen) would read once versions are the group's and
+#: step by more than one. One HGET more per board.
+_META_SET = "if meta then redis.call('HSET', KEYS[k + 1 + per * j], 'version', version, 'as_of', now) end"
+PER_SLOT_PREV = PER_SLOT.replace(
+    _META_SET,
+    "if meta then\n"
+    "        local mk = KEYS[k + 1 + per * j]\n"
+    "        local prev = redis.call('HGET', mk, 'version') or '0'\n"
+    "        redis.call('HSET', mk, 'version', version, 'prev', prev, 'as_of', now)\n"
+    "      end",
+)
+assert PER_SLOT_PREV != PER_SLOT
+SCRIPTS = (*SCRIPTS, PER_SLOT, PER_SLOT_PREV)
 
 
 def _slot_tags() -> list[str]:
@@ -370,6 +382,7 @@ class PerSlot:
     name = "(c) per slot, per-board meta kept"
     prefix = "lc"
     meta = True
+    script = Script(PER_SLOT)
 
     def __init__(self) -> None:
         self.marks: dict[tuple[int, int], int] = {}  # (slot, partition) -> the slot's watermark
@@ -381,7 +394,7 @@ class PerSlot:
         return int(key_slot(f"lc:{{{board}}}".encode()))
 
     async def flush(self, redis: Redis, batches: list[BoardBatch]) -> tuple[float, list[BoardResult]]:
-        marks, tags, meta = self.marks, self.tags, self.meta
+        marks, tags, meta, script = self.marks, self.tags, self.meta, self.script
         started = time.perf_counter()
         slots: dict[int, list[BoardBatch]] = {}
         for batch in batches:
@@ -419,7 +432,7 @@ class PerSlot:
                             keys_.append(f"lc:{{{batch.board}}}:meta")
                         args.append(2 * len(batch.deltas))
                         args.extend(chain.from_iterable(batch.deltas.items()))
-                yield _PER_SLOT.packed(keys_, args)
+                yield script.packed(keys_, args)
 
         replies = await wire.stream(redis, commands())
         results: list[BoardResult] = []
@@ -468,3 +481,10 @@ class PerGroup(PerSlot):
 
     def group_of(self, board: str) -> int:
         return zlib.crc32(board.encode()) % GROUPS
+
+
+class PerGroupPrev(PerGroup):
+    """(d) with each board's previous version in its meta (``prev``), as ``?wait=true`` would need."""
+
+    name = "(d) + each board's previous version"
+    script = Script(PER_SLOT_PREV)

@@ -35,6 +35,7 @@ LAYOUTS: list[Callable[[], board_layouts.Layout]] = [
     board_layouts.PerSlot,
     board_layouts.PerSlotNoMeta,
     board_layouts.PerGroup,
+    board_layouts.PerGroupPrev,
 ]
 
 
@@ -73,8 +74,11 @@ async def test_a_replayed_window_is_recognised_and_a_stale_owner_fenced(
     await check_totals(redis_client, lambda b: f"{layout.prefix}:{{{b}}}", [first, second])
 
 
-async def test_a_board_keeps_its_own_version_moving_only_when_it_changes(redis_client: Redis) -> None:
-    layout = board_layouts.PerGroup()
+@pytest.mark.parametrize("make", [board_layouts.PerGroup, board_layouts.PerGroupPrev])
+async def test_a_board_keeps_its_own_version_moving_only_when_it_changes(
+    redis_client: Redis, make: Callable[[], board_layouts.PerSlot]
+) -> None:
+    layout = make()
     first, second = windows()
     _, applied = await layout.flush(redis_client, first)
     touched = second[: len(second) // 2]
@@ -87,6 +91,8 @@ async def test_a_board_keeps_its_own_version_moving_only_when_it_changes(redis_c
     for r in later:
         assert await version(r.board) == r.version and r.version is not None
         assert r.version > (first_versions[r.board] or 0)
+        if make is board_layouts.PerGroupPrev:  # the version it moved from
+            assert int(await redis_client.hget(f"lc:{{{r.board}}}:meta", "prev") or -1) == first_versions[r.board]
     untouched = {b.board for b in second} - {b.board for b in touched}
     assert untouched
     for board in untouched:
