@@ -1,4 +1,4 @@
-"""Two candidate bookkeeping layouts for many small boards, as bench-only Lua (``python -m bench.boards
+"""Candidate bookkeeping layouts for many small boards, as bench-only Lua (``python -m bench.boards
 --breakdown`` runs them beside the shipped FLUSH and the scripted floor). Neither is a product script: each
 measures what a layout change would buy, and each leaves out guarantees the shipped one keeps (see
 docs/benchmarks.md, "Many small boards").
@@ -11,7 +11,15 @@ docs/benchmarks.md, "Many small boards").
   (``lb:book:{g}``) holds the group's watermark per partition, one version and one definition epoch: one HMGET
   and one HSET per call, and only the ZINCRBYs per board.
 
-Both do the shipped FLUSH's saturation check (totals held at +-MAX_EXACT) and answer what the sink would need.
+- **(c) bookkeeping per hash slot** (the layout the cluster issue proposes, in a form the product could ship): one
+  hash per slot (``lc:book:{t}``, ``t`` a tag in that slot) holds the slot's watermark per partition, its version
+  and definition epoch; slots are packed into calls of about 1,000 boards (one node) as FLUSH packs boards. Each
+  board keeps its own ``version`` (set to the slot's new one, so it moves exactly when the board changes) and
+  ``as_of`` in its meta hash: the readers, their caches and feeds would not change. One HMGET, one HINCRBY and one
+  HSET per slot, and per board the ZINCRBYs and one HSET.
+- **(d) (c) with groups of about 1,000 boards**, one node only (the group is a hash of the name, not the slot).
+
+All do the shipped FLUSH's saturation check (totals held at +-MAX_EXACT) and answer what the sink would need.
 """
 
 from __future__ import annotations
@@ -149,7 +157,7 @@ PER_BOARD_NO_HASH = PER_BOARD.replace(
 ).replace("redis.call('HSET', book_key, unpack(marks))", "")
 
 _PER_CALL = Script(PER_CALL)
-SCRIPTS = (PER_BOARD, PER_CALL, PER_BOARD_NO_HASH)
+SCRIPTS: tuple[str, ...] = (PER_BOARD, PER_CALL, PER_BOARD_NO_HASH)
 #: Boards per call, as the sink's MAX_GROUP.
 GROUP = 1000
 _FIELDS = {p: f"bench:{p}" for p in range(1024)}
@@ -272,3 +280,211 @@ class PerCall:
             for p, off in new.items():
                 marks[g, p] = off
         return seconds, results
+
+
+#: (c) bookkeeping per hash slot, many slots per call (the product candidate): one hash per slot (``lc:book:{t}``,
+#: ``t`` a tag of the slot) holds the slot's watermark per partition, its version and definition epoch; with
+#: ``meta`` each board also keeps its own ``version`` (the slot's new one: it moves exactly when the board
+#: changes) and ``as_of`` in ``lc:{B}:meta``, so the readers would not change. KEYS per slot: the hash, then per
+#: board its sorted set (and meta hash). ARGV per slot: boards b, n, n triples, epoch, then per board m and m
+#: player/delta arguments. Answers one reply per slot: {0, version, saturated board indexes...}, {1}, {-1, ...}.
+PER_SLOT = f"""
+local max = {MAX_EXACT}
+local meta = ARGV[1] == '1'
+local per = meta and 2 or 1
+local out, now = {{}}, nil
+local k, a = 0, 1
+while a < #ARGV do
+  local book_key, nb, n = KEYS[k + 1], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local triples = a + 3
+  local epoch_at = triples + 3 * n
+  local fields = {{}}
+  for i = 0, n - 1 do fields[i + 1] = ARGV[triples + 3 * i] end
+  fields[n + 1], fields[n + 2] = 'version', 'epoch'
+  local held = redis.call('HMGET', book_key, unpack(fields))
+  local fenced, already, current = false, true, {{}}
+  for i = 0, n - 1 do
+    local at = triples + 3 * i
+    local cur = held[i + 1] or '-1'
+    current[i + 1] = cur
+    if cur ~= ARGV[at + 1] then fenced = true end
+    if cur ~= ARGV[at + 2] then already = false end
+  end
+  local b = epoch_at + 1
+  local stops = {{}}
+  for j = 1, nb do stops[j] = b; b = b + 1 + tonumber(ARGV[b]) end
+  if fenced then
+    if already then out[#out + 1] = {{1}} else table.insert(current, 1, -1); out[#out + 1] = current end
+  elseif (held[n + 2] or '0') ~= ARGV[epoch_at] then
+    out[#out + 1] = {{-2, held[n + 2] or '0'}}
+  else
+    local version = redis.call('HINCRBY', book_key, 'version', 1)
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local reply = {{0, version}}
+    for j = 1, nb do
+      local board_key = KEYS[k + 1 + per * (j - 1) + 1]
+      local s = stops[j]
+      local hit = false
+      for i = s + 1, s + tonumber(ARGV[s]), 2 do
+        local player = ARGV[i]
+        local total = tonumber(redis.call('ZINCRBY', board_key, ARGV[i + 1], player))
+        if total > max then redis.call('ZADD', board_key, max, player); hit = true
+        elseif total < -max then redis.call('ZADD', board_key, -max, player); hit = true end
+      end
+      if meta then redis.call('HSET', KEYS[k + 1 + per * j], 'version', version, 'as_of', now) end
+      if hit then reply[#reply + 1] = j end
+    end
+    local marks = {{}}
+    for i = 0, n - 1 do
+      local at = triples + 3 * i
+      marks[2 * i + 1], marks[2 * i + 2] = ARGV[at], ARGV[at + 2]
+    end
+    marks[2 * n + 1], marks[2 * n + 2] = 'as_of', now
+    redis.call('HSET', book_key, unpack(marks))
+    out[#out + 1] = reply
+  end
+  k, a = k + 1 + per * nb, b - 1
+end
+return out
+"""
+#: (c)/(d) with each board's previous version kept beside its version (``prev``): what ``?wait=true``'s exact
+#: rule (the covering version is one step past the last one seen) would read once versions are the group's and
+#: step by more than one. One HGET more per board.
+_META_SET = "if meta then redis.call('HSET', KEYS[k + 1 + per * j], 'version', version, 'as_of', now) end"
+PER_SLOT_PREV = PER_SLOT.replace(
+    _META_SET,
+    "if meta then\n"
+    "        local mk = KEYS[k + 1 + per * j]\n"
+    "        local prev = redis.call('HGET', mk, 'version') or '0'\n"
+    "        redis.call('HSET', mk, 'version', version, 'prev', prev, 'as_of', now)\n"
+    "      end",
+)
+assert PER_SLOT_PREV != PER_SLOT
+SCRIPTS = (*SCRIPTS, PER_SLOT, PER_SLOT_PREV)
+
+
+def _slot_tags() -> list[str]:
+    from flusher.cluster import _ack_tags
+
+    return _ack_tags()  # slot -> a hash tag in it
+
+
+_OUTCOMES = {1: Outcome.ALREADY_APPLIED, -1: Outcome.FENCED, -2: Outcome.REDEFINED}
+
+
+class PerSlot:
+    """(c): one bookkeeping hash per hash slot, slots packed into calls of about 1,000 boards; each board keeps
+    its own meta (version = the slot's, as_of)."""
+
+    name = "(c) per slot, per-board meta kept"
+    prefix = "lc"
+    meta = True
+    script = Script(PER_SLOT)
+
+    def __init__(self) -> None:
+        self.marks: dict[tuple[int, int], int] = {}  # (slot, partition) -> the slot's watermark
+        self.tags = _slot_tags()
+
+    def group_of(self, board: str) -> int:
+        from redis.crc import key_slot
+
+        return int(key_slot(f"lc:{{{board}}}".encode()))
+
+    async def flush(self, redis: Redis, batches: list[BoardBatch]) -> tuple[float, list[BoardResult]]:
+        marks, tags, meta, script = self.marks, self.tags, self.meta, self.script
+        started = time.perf_counter()
+        slots: dict[int, list[BoardBatch]] = {}
+        for batch in batches:
+            slots.setdefault(self.group_of(batch.board), []).append(batch)
+        order = list(slots.items())
+        calls: list[list[tuple[int, list[BoardBatch]]]] = []
+        size = GROUP + 1
+        for item in order:
+            if size >= GROUP:
+                calls.append([])
+                size = 0
+            calls[-1].append(item)
+            size += len(item[1])
+        news: dict[int, dict[int, int]] = {}
+
+        def commands() -> Iterator[bytes]:
+            for call in calls:
+                keys_: list[str] = []
+                args: list[Any] = ["1" if meta else "0"]
+                for slot, group in call:
+                    new: dict[int, int] = {}
+                    for batch in group:
+                        for p, off in batch.offsets.items():
+                            if off > new.get(p, -1):
+                                new[p] = off
+                    news[slot] = new
+                    keys_.append(f"lc:book:{{{tags[slot]}}}")
+                    args += (len(group), len(new))
+                    for p, off in new.items():
+                        args += (_FIELDS[p], marks.get((slot, p), -1), off)
+                    args.append(0)
+                    for batch in group:
+                        keys_.append(f"lc:{{{batch.board}}}")
+                        if meta:
+                            keys_.append(f"lc:{{{batch.board}}}:meta")
+                        args.append(2 * len(batch.deltas))
+                        args.extend(chain.from_iterable(batch.deltas.items()))
+                yield script.packed(keys_, args)
+
+        replies = await wire.stream(redis, commands())
+        results: list[BoardResult] = []
+        for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            for (slot, group), r in zip(call, reply, strict=True):
+                code = int(r[0])
+                if code != 0:  # the whole slot's window: already applied, fenced or redefined
+                    outcome = _OUTCOMES[code]
+                    news.pop(slot)
+                    results += (BoardResult(b.board, outcome, 0) for b in group)
+                    continue
+                version, hit = int(r[1]), set(map(int, r[2:]))
+                for j, batch in enumerate(group, 1):
+                    results.append(BoardResult(batch.board, Outcome.APPLIED, batch.players, version, int(j in hit)))
+        seconds = time.perf_counter() - started
+        for slot, new in news.items():
+            for p, off in new.items():
+                marks[slot, p] = off
+        return seconds, results
+
+
+class PerSlotNoMeta(PerSlot):
+    """(c) without the per-board meta (attribution only): the version and ``as_of`` would be the slot's, and
+    every reader's cache and feed would see each board of the slot change with any one of them."""
+
+    name = "(c) per slot, no board meta (attribution)"
+    meta = False
+
+
+#: (d)'s groups on one node: a fixed number (a durable layout cannot regroup), about 1,000 boards each here.
+GROUPS = 100
+
+
+class PerGroup(PerSlot):
+    """(d): (c) with coarser groups, possible on one node only (a script there may touch any key): a board's
+    group is a hash of its name modulo :data:`GROUPS`, so a call of 1,000 boards holds about one group and pays
+    its bookkeeping once. Each board keeps its own meta, as in (c)."""
+
+    name = "(d) per group of ~1,000 (one node)"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags = [str(g) for g in range(GROUPS)]
+
+    def group_of(self, board: str) -> int:
+        return zlib.crc32(board.encode()) % GROUPS
+
+
+class PerGroupPrev(PerGroup):
+    """(d) with each board's previous version in its meta (``prev``), as ``?wait=true`` would need."""
+
+    name = "(d) + each board's previous version"
+    script = Script(PER_SLOT_PREV)

@@ -12,8 +12,9 @@ Prints, for one window that touches every board (``--boards`` x ``--players`` ev
 - ``GET /v1/boards``'s page read (``board_store.readable_page``, 100 names) with that many boards registered;
 - with ``--breakdown``, where Redis's time goes: the update window flushed again on an emptied server by the
   shipped FLUSH script, by one without the definition check, and by one without the meta hash (no version,
-  no ``as_of``: one key fewer per board), and by the two candidate layouts of :mod:`bench.board_layouts` (one
-  bookkeeping hash per board; one per script call), each beside the floor measured in the same pass, twice. The
+  no ``as_of``: one key fewer per board), and by the candidate layouts of :mod:`bench.board_layouts` (one
+  bookkeeping hash per board; one per script call; one per hash slot or per group of boards, each board keeping
+  its meta), each beside the floor measured in the same pass, twice. The
   variants are measurements only: each drops a guarantee.
 """
 
@@ -307,12 +308,16 @@ async def breakdown(url: str, args: argparse.Namespace) -> None:
         "ZINCRBYs, 1,000 boards per call) on an emptied server, every board's totals checked after both;\n"
         f"(b)'s {len(sizes)} groups (one call each) hold {min(sizes):,}-{max(sizes):,} boards. Seconds: wall, in "
         "scripts (INFO commandstats), Redis main-thread CPU; / floor: the update's over the floor's just before\n"
-        f"  {'':<48} {'first window':^17} | {'update window':^17} | {'update / floor':^14}"
+        f"  {'':<56} {'first window':^17} | {'update window':^17} | {'update / floor':^14}"
     )
     layouts: list[type[board_layouts.Layout]] = [
         board_layouts.PerBoard,
         board_layouts.PerBoardNoHash,
         board_layouts.PerCall,
+        board_layouts.PerSlot,
+        board_layouts.PerSlotNoMeta,
+        board_layouts.PerGroup,
+        board_layouts.PerGroupPrev,
     ]
     entries = [(name, partial(run_shipped, redis, rounds, cuts)) for name, cuts in VARIANTS.items()]
     entries += [(layout.name, partial(run_layout, redis, rounds, layout)) for layout in layouts]
@@ -325,7 +330,7 @@ async def breakdown(url: str, args: argparse.Namespace) -> None:
             for label, row in (("floor, just before", floor), (f"{name} (pass {pass_no})", got)):
                 cells = " ".join(f"{x:5.2f}" for x in row[:3]) + " | " + " ".join(f"{x:5.2f}" for x in row[3:])
                 ratios = " ".join(f"{x / f:4.2f}" for x, f in zip(row[3:], floor[3:], strict=True))
-                print(f"  {label:<48} {cells} | {ratios}")
+                print(f"  {label:<56} {cells} | {ratios}")
     await redis.aclose()
 
 
@@ -335,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--players", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument(
-        "--breakdown", action="store_true", help="FLUSH without parts of its bookkeeping, and two other layouts"
+        "--breakdown", action="store_true", help="FLUSH without parts of its bookkeeping, and other layouts"
     )
     ap.add_argument("--cluster", action="store_true", help="then the same window and one hot board on a cluster")
     ap.add_argument("--hot-events", type=int, default=300_000, help="--cluster: events per window of the hot board")
