@@ -4,7 +4,7 @@ ledger across positionings, and the assignment positioning a partition with it a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import NamedTuple
 
 import pytest
@@ -182,12 +182,14 @@ class _ClusterSink(FakeSink):
     def restore_state(self, partition: int) -> tuple[int, int]:
         return self._positioned_gens.get(partition, 0), 0
 
-    async def load_rewind(self, partition: int, boards: Collection[str]) -> RewindView:
+    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView]:
         self.rewind_reads += 1
-        marks = {b: self.watermarks.get((b, partition), NO_WATERMARK) for b in boards}
+        marks = {p: {b: self.watermarks.get((b, p), NO_WATERMARK) for b in boards} for p, boards in wanted.items()}
         self.between()
-        checkpoint = self.checkpoints.get(partition, NO_WATERMARK)
-        return RewindView(marks, checkpoint, self.gens.get(partition, 0), partition in self.restoring, 0)
+        return {
+            p: RewindView(marks[p], self.checkpoints.get(p, NO_WATERMARK), self.gens.get(p, 0), p in self.restoring, 0)
+            for p in wanted
+        }
 
 
 TP0 = TopicPartition("scores", 0)
