@@ -120,40 +120,25 @@ class ClusterSink(RedisSink):
         together), then each one's checkpoint, restore generation, restoring mark and epoch in one HMGET: a restore
         landing between the two reads shows in the second."""
         pairs = [(p, b) for p, boards in wanted.items() for b in boards]
-        fields = {p: self.field(p) for p in wanted}
         marks: dict[int, dict[str, int]] = {p: {} for p in wanted}
         for i in range(0, len(pairs), REWIND_CHUNK):
             chunk = pairs[i : i + REWIND_CHUNK]
             route = [keys.applied_key(b) for _, b in chunk]
-            commands = [_pack("HGET", k, fields[p]) for k, (p, _) in zip(route, chunk, strict=True)]
+            commands = [_pack("HGET", k, self.field(p)) for k, (p, _) in zip(route, chunk, strict=True)]
             rows = await self.routed(commands, route, (), wait=False)
             for (p, board), v in zip(chunk, rows, strict=True):
                 if isinstance(v, Exception):
                     raise v
                 marks[p][board] = -1 if v is None else int(v)
         # ``<p>:restoring_by``: the restoring mark naming its run (archive.lowering), beside the bare deadline
-        asked = [
-            f
-            for p in wanted
-            for f in (
-                str(p),
-                keys.gen_field(p),
-                keys.restoring_field(p),
-                keys.restoring_by_field(p),
-                keys.epoch_field(p),
-            )
-        ]
-        held = await self._cluster.hmget(self._key, asked) if asked else []
+        of = (str, keys.gen_field, keys.restoring_field, keys.restoring_by_field, keys.epoch_field)
+        held = await self._cluster.hmget(self._key, [f(p) for p in wanted for f in of]) if wanted else []
         views: dict[int, RewindView] = {}
         for i, p in enumerate(wanted):
             checkpoint, gen, restoring, restoring_by, epoch = held[5 * i : 5 * i + 5]
-            views[p] = RewindView(
-                marks[p],
-                -1 if checkpoint is None else int(checkpoint),
-                0 if gen is None else int(gen),
-                restoring is not None or restoring_by is not None,
-                0 if epoch is None else int(epoch),
-            )
+            restored = restoring is not None or restoring_by is not None
+            ints = (-1 if checkpoint is None else int(checkpoint), 0 if gen is None else int(gen))
+            views[p] = RewindView(marks[p], *ints, restored, 0 if epoch is None else int(epoch))
         return views
 
     async def flush(self, batches: Sequence[BoardBatch], expected: ExpectedWatermark) -> list[BoardResult]:
