@@ -165,4 +165,8 @@ class RewindSource(Protocol):
         """The partition's restore generation and epoch as read at its last positioning."""
         ...
 
-    async def load_rewind(self, partition: int, boards: Collection[str]) -> RewindView: ...
+    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView]:
+        """partition -> its view, for ``wanted`` (partition -> boards) in one read: every partition's boards'
+        watermarks, then every partition's checkpoint fields (a restore landing between the two shows in the
+        second)."""
+        ...

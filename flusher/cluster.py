@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from hiredis import pack_command
@@ -64,7 +64,8 @@ def _ack_tags() -> list[str]:
     return [t for t in tags if t is not None]
 
 
-#: Boards per round of a rewind's watermark read (``load_rewind``): a worker's ledger holds its boards in use.
+#: Watermarks per round of a rewind's read (``load_rewinds``, every partition positioned together): a worker's
+#: ledger holds its boards in use.
 REWIND_CHUNK = 10_000
 
 
@@ -114,32 +115,31 @@ class ClusterSink(RedisSink):
         marks = {b: -1 if v is None else int(v) for b, v in zip(ordered, rows, strict=True)}
         return marks, -1 if checkpoint is None else int(checkpoint)
 
-    async def load_rewind(self, partition: int, boards: Collection[str]) -> RewindView:
-        """The boards' watermarks for ``partition`` (one round per master, in chunks), then its checkpoint, restore
-        generation, restoring mark and epoch: a restore landing between the two reads shows in the second."""
-        ordered = list(boards)
-        field = self.field(partition)
-        marks: dict[str, int] = {}
-        for i in range(0, len(ordered), REWIND_CHUNK):
-            chunk = ordered[i : i + REWIND_CHUNK]
-            route = [keys.applied_key(b) for b in chunk]
-            rows = await self.routed([_pack("HGET", k, field) for k in route], route, (), wait=False)
-            for board, v in zip(chunk, rows, strict=True):
+    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView]:
+        """Every partition's boards' watermarks (one round per master per chunk of REWIND_CHUNK, all partitions
+        together), then each one's checkpoint, restore generation, restoring mark and epoch in one HMGET: a restore
+        landing between the two reads shows in the second."""
+        pairs = [(p, b) for p, boards in wanted.items() for b in boards]
+        marks: dict[int, dict[str, int]] = {p: {} for p in wanted}
+        for i in range(0, len(pairs), REWIND_CHUNK):
+            chunk = pairs[i : i + REWIND_CHUNK]
+            route = [keys.applied_key(b) for _, b in chunk]
+            commands = [_pack("HGET", k, self.field(p)) for k, (p, _) in zip(route, chunk, strict=True)]
+            rows = await self.routed(commands, route, (), wait=False)
+            for (p, board), v in zip(chunk, rows, strict=True):
                 if isinstance(v, Exception):
                     raise v
-                marks[board] = -1 if v is None else int(v)
+                marks[p][board] = -1 if v is None else int(v)
         # ``<p>:restoring_by``: the restoring mark naming its run (archive.lowering), beside the bare deadline
-        p = str(partition)
-        fields = [p, keys.gen_field(partition), keys.restoring_field(partition), keys.restoring_by_field(partition)]
-        held = await self._cluster.hmget(self._key, [*fields, keys.epoch_field(partition)])
-        checkpoint, gen, restoring, restoring_by, epoch = held
-        return RewindView(
-            marks,
-            -1 if checkpoint is None else int(checkpoint),
-            0 if gen is None else int(gen),
-            restoring is not None or restoring_by is not None,
-            0 if epoch is None else int(epoch),
-        )
+        of = (str, keys.gen_field, keys.restoring_field, keys.restoring_by_field, keys.epoch_field)
+        held = await self._cluster.hmget(self._key, [f(p) for p in wanted for f in of]) if wanted else []
+        views: dict[int, RewindView] = {}
+        for i, p in enumerate(wanted):
+            checkpoint, gen, restoring, restoring_by, epoch = held[5 * i : 5 * i + 5]
+            restored = restoring is not None or restoring_by is not None
+            ints = (-1 if checkpoint is None else int(checkpoint), 0 if gen is None else int(gen))
+            views[p] = RewindView(marks[p], *ints, restored, 0 if epoch is None else int(epoch))
+        return views
 
     async def flush(self, batches: Sequence[BoardBatch], expected: ExpectedWatermark) -> list[BoardResult]:
         """Ordered by slot (FLUSH groups break where it changes), answered in the order given."""

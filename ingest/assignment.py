@@ -20,7 +20,7 @@ from ingest.checkpoint import Checkpoint
 from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason, PartitionState, position
 from ingest.pausing import PauseReason, Pauses
-from ingest.rewind import rewind_for
+from ingest.rewind import Positioning, Resumed, rewinds_for
 from ingest.settings import WorkerSettings
 
 log = logging.getLogger("hotboard.worker")
@@ -188,6 +188,7 @@ class Assignment:
         committed = {
             p: await self._consumer.committed(tp) for p, tp in zip(waiting, tps, strict=True) if p not in checkpoints
         }
+        wanted: list[Positioning] = []
         for p, tp in zip(waiting, tps, strict=True):
             if p not in self._parts:  # revoked meanwhile
                 continue
@@ -214,7 +215,16 @@ class Assignment:
                     recorded[0],
                     " in a new log epoch" if new_log else "",
                 )
-            await self._position_one(p, tp, checkpoint, committed.get(p), starts[tp])
+            decision = position(checkpoint, committed.get(p), starts[tp])
+            if isinstance(decision, Halt):
+                self.halt(self._parts[p], decision)
+            else:
+                wanted.append(Positioning(self._parts[p], checkpoint, decision.offset, starts[tp]))
+        # a board that lacks windows this worker applied below the checkpoint moves the resume point back: one
+        # read for every partition positioned here (a resync positions them all), each decided alone
+        resumed = await rewinds_for(self._sink, wanted, self._metrics)
+        for want, one in zip(wanted, resumed, strict=True):
+            self._resume(want, one)
         await self.record_halts()
         self.update_halts()
         return run_id
@@ -228,22 +238,17 @@ class Assignment:
             await self._sink.record_halt(p, reason)
             self._unrecorded.pop(p, None)
 
-    async def _position_one(
-        self, p: int, tp: TopicPartition, checkpoint: int | None, committed: int | None, start: int
-    ) -> None:
-        state = self._parts[p]
-        decision = position(checkpoint, committed, start)
-        if isinstance(decision, Halt):
-            self.halt(state, decision)
-            return
-        # a board that lacks windows this worker applied below the checkpoint moves the resume point back
-        resume, owed = await rewind_for(self._sink, state, checkpoint, decision.offset, start, self._metrics)
+    def _resume(self, want: Positioning, resumed: Resumed) -> None:
+        resume, owed = resumed
+        state, p = want.state, want.state.partition
         if self._parts.get(p) is not state:
             return  # revoked meanwhile
         if isinstance(resume, Halt):
             self.halt(state, resume)
             return
+        tp = TopicPartition(self.settings.topic, p)
         self._consumer.seek(tp, resume)
+        checkpoint = want.checkpoint
         state.positioned(
             NO_WATERMARK if checkpoint is None else checkpoint, resume, self._consumer.last_poll_timestamp(tp)
         )

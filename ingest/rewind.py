@@ -1,6 +1,6 @@
 """Rewinding a partition to what a board lacks: the worker's ledger of the windows it applied, and the pure
 decision of where a resynchronised partition resumes when a board holds less than that (:func:`decide`, pure;
-:func:`rewind_for` reads what it needs).
+:func:`rewinds_for` reads what it needs, once for every partition positioned together).
 
 On a Redis Cluster a board's window is applied on its master and the topic's checkpoint, on another master,
 moves once ``WAIT`` counts ``--min-replica-acks`` replicas. A replica promoted without those windows (another
@@ -27,7 +27,7 @@ The rewind never guesses:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from flusher.batch import NO_WATERMARK, RewindSource, RewindView, Sink
@@ -104,20 +104,45 @@ def decide(
     return Rewind(seek=target, owed=owed, behind=behind)
 
 
-async def rewind_for(
-    sink: Sink, state: PartitionState, checkpoint: int | None, resume: int, start: int, metrics: WorkerMetrics
-) -> tuple[int | Halt, tuple[Mapping[str, Applied], int, int, bool]]:
-    """Where ``state``'s partition resumes instead of ``resume`` (right after ``checkpoint``), or why it halts,
-    when a board holds less than this worker applied to it; and what its ledger keeps from then on (the entries
-    still owed, the restore generation and epoch of this positioning, whether its last windows go too)."""
+@dataclass(frozen=True, slots=True)
+class Positioning:
+    """One partition being positioned: its state, the checkpoint it is positioned from, where it would resume
+    (right after the checkpoint) and the log's first offset."""
+
+    state: PartitionState
+    checkpoint: int | None
+    resume: int
+    start: int
+
+
+#: Where a partition resumes (or why it halts), and what its ledger keeps from then on (the entries still owed,
+#: the restore generation and epoch of this positioning, whether its last windows go too).
+Resumed = tuple[int | Halt, tuple[Mapping[str, Applied], int, int, bool]]
+
+
+async def rewinds_for(sink: Sink, wanted: Sequence[Positioning], metrics: WorkerMetrics) -> list[Resumed]:
+    """Where each of ``wanted`` resumes instead of its ``resume``, or why it halts, when a board holds less than
+    this worker applied to it. One read for all of them (:meth:`RewindSource.load_rewinds`): positioning N
+    partitions after a resync costs the rounds of one, not N; each is still decided alone (:func:`decide`)."""
     if not isinstance(sink, RewindSource):
-        return resume, ({}, 0, 0, True)
-    gen, epoch = sink.restore_state(state.partition)
-    ledger = state.ledger
-    entries = ledger.entries()
-    if not entries:
-        return resume, ({}, gen, epoch, True)
-    view = await sink.load_rewind(state.partition, entries)
+        return [(w.resume, ({}, 0, 0, True)) for w in wanted]
+    # the generation and epoch of this positioning, read before the views (a restore landing after shows there)
+    positioned = [sink.restore_state(w.state.partition) for w in wanted]
+    entries = [w.state.ledger.entries() for w in wanted]
+    asked = {w.state.partition: e for w, e in zip(wanted, entries, strict=True) if e}
+    views = await sink.load_rewinds(asked) if asked else {}
+    return [
+        _resumed(w, e, views.get(w.state.partition), gen, epoch, metrics)
+        for w, e, (gen, epoch) in zip(wanted, entries, positioned, strict=True)
+    ]
+
+
+def _resumed(
+    w: Positioning, entries: Mapping[str, Applied], view: RewindView | None, gen: int, epoch: int, m: WorkerMetrics
+) -> Resumed:
+    if view is None:
+        return w.resume, ({}, gen, epoch, True)
+    ledger, p, resume = w.state.ledger, w.state.partition, w.resume
     rewind = decide(
         entries,
         view,
@@ -125,16 +150,15 @@ async def rewind_for(
         epoch=ledger.epoch,
         positioned_gen=gen,
         positioned_epoch=epoch,
-        checkpoint=checkpoint,
-        log_start=start,
+        checkpoint=w.checkpoint,
+        log_start=w.start,
     )
-    p = state.partition
     if rewind.behind:
         log.warning("partition %d: boards hold less than this worker applied (held < applied): %s", p, rewind.sample())
     if rewind.lost is not None:
         return Halt(HaltReason.RETENTION_LOST, rewind.lost), ({}, gen, epoch, True)
     if rewind.seek is not None and rewind.seek < resume:
-        metrics.resync_rewinds.labels(str(p)).inc()
-        log.warning("partition %d rewinds to %d, before its checkpoint %s", p, rewind.seek, checkpoint)
+        m.resync_rewinds.labels(str(p)).inc()
+        log.warning("partition %d rewinds to %d, before its checkpoint %s", p, rewind.seek, w.checkpoint)
         resume = rewind.seek
     return resume, (rewind.owed, gen, epoch, rewind.reset)

@@ -58,6 +58,21 @@ async def _until(check: Callable[[], bool], what: str, timeout_s: float = 20.0) 
         await asyncio.sleep(0.01)
 
 
+def _count_refusals(monkeypatch: pytest.MonkeyPatch) -> list[lowering.Holder]:
+    """``lowering.mark`` wrapped: the holders it was refused by, in order, in the list returned."""
+    refusals: list[lowering.Holder] = []
+    real = lowering.mark
+
+    async def counted(*args: Any, **kwargs: Any) -> lowering.Holder | None:
+        holder = await real(*args, **kwargs)
+        if holder is not None:
+            refusals.append(holder)
+        return holder
+
+    monkeypatch.setattr(lowering, "mark", counted)
+    return refusals
+
+
 async def _marks(client: Client, partition: int = 0) -> list[Any]:
     """A partition's restoring mark: the bare deadline, and the run holding it (``<run> <deadline>``)."""
     fields = [keys.restoring_field(partition), keys.restoring_by_field(partition)]
@@ -117,17 +132,8 @@ async def test_a_second_run_waits_for_the_first_runs_mark_and_never_clears_it(
         swapped.append((keys_[0], await _marks(client)))
         return await real(redis, keys_, args)
 
-    refusals: list[lowering.Holder] = []
-    real_mark = lowering.mark
-
-    async def mark(*args: Any, **kwargs: Any) -> lowering.Holder | None:
-        holder = await real_mark(*args, **kwargs)
-        if holder is not None:
-            refusals.append(holder)
-        return holder
-
+    refusals = _count_refusals(monkeypatch)
     monkeypatch.setattr(staging, "_SWAP", swap_script)
-    monkeypatch.setattr(lowering, "mark", mark)
     now_ms = int(time.time() * 1000)
     try:
         async with Archive(postgres_url) as one, Archive(postgres_url) as other:
@@ -237,15 +243,7 @@ async def test_a_waiting_run_marks_as_soon_as_the_holder_clears(
 ) -> None:
     """B's hold, started while A holds, is refused and tries again; it returns once A cleared, with B's mark."""
     assert await lowering.mark(client, TOPIC, LOWERED, "run-a") is None
-    real, refusals = lowering.mark, []
-
-    async def counted(*args: Any, **kw: Any) -> lowering.Holder | None:
-        refused = await real(*args, **kw)
-        if refused is not None:
-            refusals.append(refused)
-        return refused
-
-    monkeypatch.setattr(lowering, "mark", counted)
+    refusals = _count_refusals(monkeypatch)
     waiting = asyncio.create_task(lowering.hold(client, TOPIC, LOWERED, "run-b", wait_s=30))
     await _until(lambda: len(refusals) >= 2 or waiting.done(), "B refused and retrying")
     assert not waiting.done() and {r.run for r in refusals} == {"run-a"}

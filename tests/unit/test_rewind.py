@@ -4,7 +4,7 @@ ledger across positionings, and the assignment positioning a partition with it a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import NamedTuple
 
 import pytest
@@ -182,12 +182,14 @@ class _ClusterSink(FakeSink):
     def restore_state(self, partition: int) -> tuple[int, int]:
         return self._positioned_gens.get(partition, 0), 0
 
-    async def load_rewind(self, partition: int, boards: Collection[str]) -> RewindView:
+    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView]:
         self.rewind_reads += 1
-        marks = {b: self.watermarks.get((b, partition), NO_WATERMARK) for b in boards}
+        marks = {p: {b: self.watermarks.get((b, p), NO_WATERMARK) for b in boards} for p, boards in wanted.items()}
         self.between()
-        checkpoint = self.checkpoints.get(partition, NO_WATERMARK)
-        return RewindView(marks, checkpoint, self.gens.get(partition, 0), partition in self.restoring, 0)
+        return {
+            p: RewindView(marks[p], self.checkpoints.get(p, NO_WATERMARK), self.gens.get(p, 0), p in self.restoring, 0)
+            for p in wanted
+        }
 
 
 TP0 = TopicPartition("scores", 0)
@@ -229,6 +231,14 @@ class _Rig:
         return self.metrics.registry.get_sample_value("hotboard_resync_rewinds_total", {"partition": "0"}) or 0.0
 
 
+async def _applied_rig() -> tuple[_Rig, _ClusterSink]:
+    """A rig on the fake cluster sink, b applied past the checkpoint (``applied_past_the_checkpoint``)."""
+    rig = _Rig()
+    assert isinstance(rig.sink, _ClusterSink)
+    await rig.applied_past_the_checkpoint()
+    return rig, rig.sink
+
+
 async def test_a_board_behind_what_this_worker_applied_rewinds_its_partition_and_a_second_resync_again() -> None:
     rig = _Rig()
     assert isinstance(rig.sink, RewindSource)
@@ -248,10 +258,7 @@ async def test_a_board_behind_what_this_worker_applied_rewinds_its_partition_and
 
 
 async def test_a_restore_landing_between_the_reads_is_never_taken_for_a_lacking_board() -> None:
-    rig = _Rig()
-    sink = rig.sink
-    assert isinstance(sink, _ClusterSink)
-    await rig.applied_past_the_checkpoint()
+    rig, sink = await _applied_rig()
 
     def restore() -> None:  # the swap lowers b and bumps the generation after b's watermark was read
         sink.gens[0] = 5
@@ -266,10 +273,7 @@ async def test_a_restore_landing_between_the_reads_is_never_taken_for_a_lacking_
 
 
 async def test_a_restore_between_two_positionings_or_its_mark_is_not_a_rewind() -> None:
-    rig = _Rig()
-    sink = rig.sink
-    assert isinstance(sink, _ClusterSink)
-    await rig.applied_past_the_checkpoint()
+    rig, sink = await _applied_rig()
     sink.watermarks[("b", 0)] = 99
     sink.restoring.add(0)  # a cluster restore between its two lowerings
     assert await rig.resync() == 131 and rig.rewinds() == 0 and len(rig.state.ledger) == 0

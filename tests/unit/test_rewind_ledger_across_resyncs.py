@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiokafka import TopicPartition
 
-from tests.unit.test_rewind import _ClusterSink, _Rig
+from tests.unit.test_rewind import _applied_rig, _Rig
 
 TP0 = TopicPartition("scores", 0)
 
@@ -32,10 +32,7 @@ async def test_a_resync_while_the_replica_still_lags_keeps_what_it_would_rewind_
 async def test_a_failover_landing_between_the_watermark_and_checkpoint_reads_is_rewound_for_next_time() -> None:
     """The same through the two-round-trip read: b's watermark is read on M (120), then M dies and R is promoted
     before the checkpoint hash is read. The identity change resynchronises again, but b's entry is gone."""
-    rig = _Rig()
-    sink = rig.sink
-    assert isinstance(sink, _ClusterSink)
-    await rig.applied_past_the_checkpoint()
+    rig, sink = await _applied_rig()
 
     def failover() -> None:
         sink.watermarks[("b", 0)] = 99
