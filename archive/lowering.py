@@ -4,7 +4,8 @@ between its two lowerings (:func:`archive.staging.swap`).
 On a cluster the checkpoint hash lives on a slot of its own, so a board's swap lowers the checkpoints right before
 it and right after it, two round trips apart; the first lowering marks each partition it names **restoring**
 (``<p>:restoring``: a deadline, Redis TIME in ms, which the worker's checkpoint script honours) and the second
-clears the mark. Runs at once (two ``--on-redis-loss`` workers after a FLUSHALL; an operator's restore beside one;
+clears the mark. Neither writes a checkpoint Redis holds none of: only a whole restore's last lowering does
+(:class:`Lowest`). Runs at once (two ``--on-redis-loss`` workers after a FLUSHALL; an operator's restore beside one;
 every board's swap names every partition of the topic, so boards of any name) would share that one mark: the
 first to clear it would leave the other between its lowerings unmarked, and a worker that resynchronised then
 could move a checkpoint past what the other's swapped board holds. So each mark names the run holding it
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flusher.batch import NO_WATERMARK
 from hotboard import keys
 from hotboard.redis_client import Client
 from hotboard.script import Script
@@ -44,7 +46,8 @@ MARK_RETRY_BASE_S, MARK_RETRY_CAP_S = 0.01, 0.5
 #: before (a window it applied to the board this swap replaced) is then refused, and it resynchronises. The new
 #: generation is the server's clock in microseconds, or one more than the last where that is not higher: a count
 #: from 1 would start over after a FLUSHALL and could name again the generation a worker read before it. From
-#: ARGV[first]: (partition, checkpoint, epoch) triples (epoch '0': left as it is). ``mode``: 'lower' alone;
+#: ARGV[first]: (partition, checkpoint, epoch) triples (epoch '0': left as it is). ``fill``: false leaves a checkpoint
+#: Redis holds none of absent (a lost Redis's halts wait on it: see :class:`Lowest`). ``mode``: 'lower' alone;
 #: 'mark' (cluster only, see archive.staging.swap): first, if any named partition holds a live mark (deadline
 #: ahead of Redis TIME) of a run other than ``run`` (a bare ``<p>:restoring`` without a matching
 #: ``<p>:restoring_by``: an older version's run, named ''), answer {partition, run, deadline} and write nothing;
@@ -59,7 +62,7 @@ local function holder(ckpt_key, p, now_ms, run)  -- another run's live mark on p
   if held[1] and held[1] ~= deadline and (tonumber(held[1]) or 0) > now_ms then return {p, '', held[1]} end
   return nil
 end
-local function lower(ckpt_key, first, mode, run, mark_ms)
+local function lower(ckpt_key, first, mode, run, mark_ms, fill)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local now_ms = math.floor(now / 1000)
@@ -73,7 +76,9 @@ local function lower(ckpt_key, first, mode, run, mark_ms)
   for i = first, #ARGV, 3 do
     local partition, lowered, epoch = ARGV[i], ARGV[i + 1], ARGV[i + 2]
     local cur = redis.call('HGET', ckpt_key, partition)
-    if not cur or tonumber(cur) > tonumber(lowered) then redis.call('HSET', ckpt_key, partition, lowered) end
+    if (fill and not cur) or (cur and tonumber(cur) > tonumber(lowered)) then
+      redis.call('HSET', ckpt_key, partition, lowered)
+    end
     if epoch ~= '0' then redis.call('HSET', ckpt_key, partition .. ':epoch', epoch) end
     local gen = tonumber(redis.call('HGET', ckpt_key, partition .. ':gen') or '0')
     local moved = math.max(gen + 1, now)
@@ -95,11 +100,11 @@ local function lower(ckpt_key, first, mode, run, mark_ms)
 end
 """
 #: Lower checkpoints (and bump generations) alone, or with the restoring mark. KEYS: the checkpoint hash. ARGV:
-#: mode, run, mark_ms (see LOWERING), then (partition, checkpoint, epoch) triples.
+#: mode, run, mark_ms, fill ('1' or '0'; see LOWERING), then (partition, checkpoint, epoch) triples.
 _LOWER = Script(
     LOWERING
     + """
-return lower(KEYS[1], 4, ARGV[1], ARGV[2], tonumber(ARGV[3]))
+return lower(KEYS[1], 5, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1')
 """
 )
 
@@ -118,6 +123,42 @@ class Holder:
         return f"partition {self.partition} is marked restoring by {who} until {self.deadline_ms} (ms, Redis TIME)"
 
 
+class Lowest:
+    """The checkpoints a whole restore may write where Redis holds none: per partition, the lowest any of its
+    snapshots named (``NO_WATERMARK`` where one of them lacked the partition: the archive had applied none of its
+    events then, so a board swapped from that snapshot holds none either).
+
+    A lost Redis's partitions halt (``redis_lost``) with no checkpoint, and a halt lifts once the checkpoint is
+    written. So until every board is swapped in, no lowering writes a checkpoint Redis holds none of (``fill``
+    false): a restore that dies between two swaps leaves the halt for the next one, instead of a worker replaying
+    only the tail onto boards that are still empty. The last lowering then writes this: every swapped board holds
+    everything up to it (a snapshot's checkpoints only grow with the archive), so the replay misses nothing."""
+
+    def __init__(self) -> None:
+        self._lowest: dict[str, tuple[int, int]] = {}
+        self._seen: dict[str, int] = {}
+        self._snapshots = 0
+
+    def add(self, lowered: Sequence[Any]) -> None:
+        """One snapshot's (partition, checkpoint, epoch) triples."""
+        self._snapshots += 1
+        for i in range(0, len(lowered), 3):
+            partition, checkpoint, epoch = str(lowered[i]), int(lowered[i + 1]), int(lowered[i + 2])
+            self._seen[partition] = self._seen.get(partition, 0) + 1
+            held = self._lowest.get(partition)
+            if held is None or checkpoint < held[0]:
+                self._lowest[partition] = (checkpoint, epoch)
+
+    def triples(self) -> list[Any]:
+        """(partition, checkpoint, epoch) triples: the lowest of each partition any snapshot named."""
+        out: list[Any] = []
+        for partition, (checkpoint, epoch) in sorted(self._lowest.items()):
+            if self._seen[partition] < self._snapshots:
+                checkpoint, epoch = NO_WATERMARK, 0
+            out += (partition, checkpoint, epoch)
+        return out
+
+
 class RestoreBusy(TimeoutError):
     """Another restore or rebuild held a restoring mark on the topic's partitions for longer than a swap waits:
     a TimeoutError, so the commands exit 3 (retry later) and a worker's own restore tries again at its next
@@ -131,30 +172,43 @@ class RestoreBusy(TimeoutError):
         self.holder = holder
 
 
-async def lower(redis: Client, topic: str, lowered: Sequence[Any]) -> None:
-    """Lower the topic's checkpoints to ``lowered`` ((partition, checkpoint, epoch) triples), bumping generations."""
-    await _LOWER(redis, [keys.checkpoint_key(topic)], ["lower", "", 0, *lowered])
+async def lower(redis: Client, topic: str, lowered: Sequence[Any], *, fill: bool = True) -> None:
+    """Lower the topic's checkpoints to ``lowered`` ((partition, checkpoint, epoch) triples), bumping generations;
+    ``fill``: write those Redis holds none of, too (else they stay absent)."""
+    await _LOWER(redis, [keys.checkpoint_key(topic)], ["lower", "", 0, _flag(fill), *lowered])
+
+
+def _flag(fill: bool) -> str:
+    return "1" if fill else "0"
 
 
 async def mark(
-    redis: Client, topic: str, lowered: Sequence[Any], run: str, bound_ms: int = RESTORING_BOUND_MS
+    redis: Client,
+    topic: str,
+    lowered: Sequence[Any],
+    run: str,
+    bound_ms: int = RESTORING_BOUND_MS,
+    *,
+    fill: bool = True,
 ) -> Holder | None:
     """One marking lowering: as :func:`lower`, and each named partition marked restoring by ``run`` for
     ``bound_ms``; or, while another run's mark is live on one of them, nothing written and that mark back."""
-    reply = await _LOWER(redis, [keys.checkpoint_key(topic)], ["mark", run, bound_ms, *lowered])
+    reply = await _LOWER(redis, [keys.checkpoint_key(topic)], ["mark", run, bound_ms, _flag(fill), *lowered])
     if reply is None:
         return None
     partition, by, deadline = (x.decode() if isinstance(x, bytes) else str(x) for x in reply)
     return Holder(partition, by, int(float(deadline)))  # an older version's bare mark: a Lua number
 
 
-async def hold(redis: Client, topic: str, lowered: Sequence[Any], run: str, wait_s: float | None = None) -> None:
+async def hold(
+    redis: Client, topic: str, lowered: Sequence[Any], run: str, wait_s: float | None = None, *, fill: bool = True
+) -> None:
     """:func:`mark`, tried again (capped exponential backoff) while another run holds a mark, for at most
     ``wait_s`` (None: ``MARK_WAIT_S``, read at each call); then :class:`RestoreBusy` naming it."""
     wait_s = MARK_WAIT_S if wait_s is None else wait_s
     backoff = Backoff(MARK_RETRY_BASE_S, MARK_RETRY_CAP_S)
     deadline = time.monotonic() + wait_s
-    while (holder := await mark(redis, topic, lowered, run)) is not None:
+    while (holder := await mark(redis, topic, lowered, run, fill=fill)) is not None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise RestoreBusy(topic, holder, wait_s)
@@ -163,7 +217,7 @@ async def hold(redis: Client, topic: str, lowered: Sequence[Any], run: str, wait
         await asyncio.sleep(min(backoff.next_delay(), left))
 
 
-async def clear(redis: Client, topic: str, lowered: Sequence[Any], run: str) -> None:
+async def clear(redis: Client, topic: str, lowered: Sequence[Any], run: str, *, fill: bool = True) -> None:
     """The lowering after a swap: as :func:`lower`, and each named partition's mark deleted where ``run`` holds
     it (a mark of another run, one that expired and was taken over included, is left to it)."""
-    await _LOWER(redis, [keys.checkpoint_key(topic)], ["clear", run, 0, *lowered])
+    await _LOWER(redis, [keys.checkpoint_key(topic)], ["clear", run, 0, _flag(fill), *lowered])

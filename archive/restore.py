@@ -7,10 +7,11 @@ board holds and what it has applied stay one statement. A board's meta version m
 the archived one: a reader's cache keyed by version never serves the old board for the new.
 
 The topic's checkpoints are lowered to the archive's before the swaps, by each swap (in its script, to the
-checkpoints of the snapshot the board was read from) and once more after them: a worker whose checkpoint move is
-refused, or that is fenced on a swapped board, resynchronises, and replays from no later than the archive's
-checkpoint the tail the restored boards lack (their watermarks skip what they hold). Each lowering bumps the
-partition's restore generation, which the move compares: it is refused even where the checkpoint was no higher.
+checkpoints of the snapshot the board was read from) and once more after them (where Redis holds none, as a lost
+Redis does, only by that last lowering of a whole restore: :class:`archive.lowering.Lowest`): a worker whose
+checkpoint move is refused, or that is fenced on a swapped board, resynchronises, and replays from no later than the
+archive's checkpoint the tail the restored boards lack (their watermarks skip what they hold). Each lowering bumps
+the partition's restore generation, which the move compares: it is refused even where the checkpoint was no higher.
 """
 
 from __future__ import annotations
@@ -85,19 +86,28 @@ async def _checkpoint_args(conn: Any, redis: Client, topic: str) -> list[Any]:
     return args
 
 
-async def lower_checkpoints(archive: Archive, redis: Client, topic: str) -> int:
+async def lower_checkpoints(archive: Archive, redis: Client, topic: str, lowest: lowering.Lowest) -> None:
+    """The first lowering: to the archive's checkpoints, only where Redis holds one (see :class:`Lowest`)."""
     async with archive.connection() as conn:
         args = await _checkpoint_args(conn, redis, topic)
+    lowest.add(args)
     if args:
-        await lowering.lower(redis, topic, args)
-    return len(args) // 3
+        await lowering.lower(redis, topic, args, fill=False)
 
 
 async def restore_board(
-    archive: Archive, redis: Client, topic: str, board: str, now_ms: int, copied: Callable[[Copied], None] | None = None
+    archive: Archive,
+    redis: Client,
+    topic: str,
+    board: str,
+    now_ms: int,
+    copied: Callable[[Copied], None] | None = None,
+    lowest: lowering.Lowest | None = None,
 ) -> Restored | None:
     """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired.
-    ``copied`` hears each chunk of players staged."""
+    ``copied`` hears each chunk of players staged; ``lowest`` the checkpoints of the snapshot it was read from
+    (its swap lowers only those Redis holds: see :class:`archive.lowering.Lowest`)."""
+    lowest = lowering.Lowest() if lowest is None else lowest
     live, run = staging.live_keys(board), staging.run_token()
     twin = staging.staging_keys(live, run)
     async with archive.connection() as conn:
@@ -108,7 +118,7 @@ async def restore_board(
             "SELECT last_offset FROM hb_watermarks WHERE board = $1 AND field = $2", board, keys.APPLIED_DELETED_VERSION
         )
         if floor is not None and (row is None or row["version"] <= floor):  # deleted and not written since
-            await _restore_deleted(conn, redis, topic, board, live, twin, run)
+            await _restore_deleted(conn, redis, topic, board, live, twin, run, lowest)
             return None
         if row is None or 0 < row["expires_at_ms"] <= now_ms:
             return None
@@ -118,6 +128,7 @@ async def restore_board(
             lowered = await _checkpoint_args(conn, redis, topic)  # the snapshot's: every event up to them is in it
             marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
             players = await _copy_players(conn, redis, board, twin, definition, copied)
+    lowest.add(lowered)
     # after the players: the few hashes are written (and the staging TTL renewed) right before the swap
     await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
     root = definition.seasonal and period is None
@@ -126,21 +137,30 @@ async def restore_board(
         await staging.stage_hash(redis, twin, 3, staging.period_copy(definition))
     elif definition != DEFAULT:
         await staging.stage_hash(redis, twin, 3, to_hash(definition, now_ms))
-    await staging.swap(redis, topic, live, twin, [-1 if root else row["version"], row["expires_at_ms"]], lowered, run)
+    args = [-1 if root else row["version"], row["expires_at_ms"]]
+    await staging.swap(redis, topic, live, twin, args, lowered, run, fill=False)
     if period is None:
         await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
     return Restored(board, players)
 
 
 async def _restore_deleted(
-    conn: Any, redis: Client, topic: str, board: str, live: list[str], twin: list[str], run: str
+    conn: Any,
+    redis: Client,
+    topic: str,
+    board: str,
+    live: list[str],
+    twin: list[str],
+    run: str,
+    lowest: lowering.Lowest,
 ) -> None:
     """A deleted board: only its watermarks (and deleted version) come back, every other key of it goes."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         lowered = await _checkpoint_args(conn, redis, topic)
         marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
+    lowest.add(lowered)
     await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
-    await staging.swap(redis, topic, live, twin, [-1, 0], lowered, run)
+    await staging.swap(redis, topic, live, twin, [-1, 0], lowered, run, fill=False)
 
 
 async def _copy_players(
@@ -197,17 +217,22 @@ async def restore(
     copied: Callable[[Copied], None] | None = None,
 ) -> list[Restored]:
     """Restore every archived board (``board`` None) or one board and its periods; ``progress`` hears each board
-    swapped in, ``copied`` each chunk of its players staged before."""
+    swapped in, ``copied`` each chunk of its players staged before. Only a whole restore writes the checkpoints
+    Redis holds none of (a lost Redis's: lifting its halts), once every board is in: one board restored must not
+    let a partition resume while the others are still empty."""
     now_ms = int(time.time() * 1000)
     names = await board_names(archive, board)
     # 1. checkpoints no higher than the archive's: a running worker resynchronises and replays the tail
-    await lower_checkpoints(archive, redis, topic)
+    lowest = lowering.Lowest()
+    await lower_checkpoints(archive, redis, topic, lowest)
     done = []
     for name in names:
-        restored = await restore_board(archive, redis, topic, name, now_ms, copied)
+        restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest)
         if restored is not None:
             done.append(restored)
             progress(restored)
-    # 2. each swap lowered them again, in its own step; once more for a run that restored no board
-    await lower_checkpoints(archive, redis, topic)
+    # 2. each swap lowered them again, in its own step; once more to the lowest any snapshot named, and now (a
+    # whole restore) where Redis holds none too: every board is in
+    if final := lowest.triples():
+        await lowering.lower(redis, topic, final, fill=board is None)
     return done
