@@ -23,7 +23,7 @@ from typing import Any, Self
 from archive.pool import Archive
 from archive.restore import Restored, restore
 from flusher.checkpoints import CheckpointHash
-from ingest.errors import TRANSIENT
+from hotboard.timing import Backoff
 from ingest.partitions import Halt, HaltReason
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 #: Connect and statement timeout of the archive, as the archiver's default.
 ARCHIVE_TIMEOUT_S = 10.0
+#: How long a failed restore waits at most before it is tried again (s): from ``halt_recheck_s`` doubling up to this.
+RETRY_CAP_S = 300.0
 #: The halts an archive can answer: history that is gone from Redis and from Kafka alike.
 RESTORABLE = frozenset({HaltReason.REDIS_LOST, HaltReason.RETENTION_LOST})
 
@@ -54,12 +56,16 @@ class LossRestorer:
         # partition that resumed during the restore would then move its checkpoint past a swap it has not seen.
         self._halts = CheckpointHash(redis, settings.topic)
         self._tried: set[int] = set()
-        # Partitions whose restore failed part-way: its first lowering wrote the archive's checkpoints, which lifts
-        # their halts at the worker's next look (the checkpoint changed), so they are retried whether or not
-        # they are still halted, until one restore completes.
+        # Partitions whose restore failed part-way: its lowerings may have lowered checkpoints Redis still held
+        # (a retention_lost halt's), which lifts those halts at the worker's next look (the checkpoint changed), so
+        # they are retried whether or not they are still halted, until one restore completes. (A checkpoint Redis
+        # lost is written only by a restore that completed: archive.lowering.Lowest.)
         self._owed: set[int] = set()
         self._task: asyncio.Task[None] | None = None
+        self._backoff = Backoff(settings.halt_recheck_s, max(settings.halt_recheck_s, RETRY_CAP_S))
         self.restores = 0
+        #: Restores that failed (each retried after a backoff).
+        self.failures = 0
 
     def note(self, halted: Mapping[int, Halt]) -> None:
         if self._task is not None and not self._task.done():
@@ -82,11 +88,17 @@ class LossRestorer:
             _, halts = await self._halts.load_positions(partitions)
             for p, recorded in halts.items():
                 await self._halts.lift_halt(p, recorded, False)
-        except TRANSIENT as exc:  # the archive (an OSError when away), Redis away, another run's restoring mark
-            self._owed.update(partitions)  # tried again at the next tick, halted still or not (see __init__)
-            log.error("restore from the archive failed (%r); retrying", exc)
-            await asyncio.sleep(s.halt_recheck_s)
+        except Exception as exc:
+            # The archive or Redis away, another run's restoring mark, or a fault no immediate retry mends (an
+            # archive without the schema, a staged board that expired): tried again after a backoff that grows,
+            # halted still or not (see __init__), never in a loop and never fatal to the worker.
+            self._owed.update(partitions)
+            self.failures += 1
+            delay = self._backoff.next_delay()
+            log.error("restore from the archive failed (%r); retrying in %.1f s", exc, delay, exc_info=exc)
+            await asyncio.sleep(delay)
             return
+        self._backoff.reset()
         self._owed.difference_update(partitions)
         self._tried.update(partitions)
         self.restores += 1
