@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flusher.batch import NO_WATERMARK
+from redis.exceptions import ResponseError
+
 from hotboard import keys
 from hotboard.redis_client import Client
 from hotboard.script import Script
@@ -124,23 +125,33 @@ class Holder:
 
 
 class Lowest:
-    """The checkpoints a whole restore may write where Redis holds none: per partition, the lowest any of its
-    snapshots named (``NO_WATERMARK`` where one of them lacked the partition: the archive had applied none of its
-    events then, so a board swapped from that snapshot holds none either).
+    """The checkpoints a whole restore may write where Redis holds none: per partition, the lowest any snapshot a
+    board was swapped in from named.
 
     A lost Redis's partitions halt (``redis_lost``) with no checkpoint, and a halt lifts once the checkpoint is
     written. So until every board is swapped in, no lowering writes a checkpoint Redis holds none of (``fill``
     false): a restore that dies between two swaps leaves the halt for the next one, instead of a worker replaying
     only the tail onto boards that are still empty. The last lowering then writes this: every swapped board holds
-    everything up to it (a snapshot's checkpoints only grow with the archive), so the replay misses nothing."""
+    everything up to it (a snapshot's checkpoints only grow with the archive), so the replay misses nothing.
+
+    Only the boards' snapshots count: the first lowering's swaps no board in (where the archive had no checkpoint
+    of a partition yet there, and has one by the first board, that one is right). A partition one board's snapshot
+    lacked (neither the archive nor Redis had its checkpoint then) is left out: that board may lack events of it
+    that a later snapshot covers, so the checkpoint stays unwritten and the partition halted, for a restore that
+    reads it in every snapshot (see :meth:`missing`). With no board swapped in, the first lowering's counts."""
 
     def __init__(self) -> None:
+        self._first: list[Any] = []
         self._lowest: dict[str, tuple[int, int]] = {}
         self._seen: dict[str, int] = {}
         self._snapshots = 0
 
+    def first(self, lowered: Sequence[Any]) -> None:
+        """The first lowering's (partition, checkpoint, epoch) triples: what counts while no board is swapped in."""
+        self._first = list(lowered)
+
     def add(self, lowered: Sequence[Any]) -> None:
-        """One snapshot's (partition, checkpoint, epoch) triples."""
+        """The triples of the snapshot one board was swapped in from."""
         self._snapshots += 1
         for i in range(0, len(lowered), 3):
             partition, checkpoint, epoch = str(lowered[i]), int(lowered[i + 1]), int(lowered[i + 2])
@@ -149,14 +160,68 @@ class Lowest:
             if held is None or checkpoint < held[0]:
                 self._lowest[partition] = (checkpoint, epoch)
 
+    def missing(self) -> set[str]:
+        """Partitions some board's snapshot named and another's lacked: left out of :meth:`triples`."""
+        return {p for p, n in self._seen.items() if n < self._snapshots}
+
     def triples(self) -> list[Any]:
-        """(partition, checkpoint, epoch) triples: the lowest of each partition any snapshot named."""
+        """(partition, checkpoint, epoch) triples: the lowest of each partition every board's snapshot named."""
+        if not self._snapshots:
+            return list(self._first)
         out: list[Any] = []
         for partition, (checkpoint, epoch) in sorted(self._lowest.items()):
-            if self._seen[partition] < self._snapshots:
-                checkpoint, epoch = NO_WATERMARK, 0
-            out += (partition, checkpoint, epoch)
+            if self._seen[partition] == self._snapshots:
+                out += (partition, checkpoint, epoch)
         return out
+
+
+class RestoreInterrupted(TimeoutError):
+    """Redis lost data while a whole restore ran (its run token, set before the first lowering on the checkpoint
+    hash's slot, is gone): boards it swapped in may be gone with it, so it writes no checkpoint Redis lost, and the
+    partitions stay halted. A TimeoutError, so the command exits 3 (run it again) and a worker's own restore
+    tries again after a backoff."""
+
+
+#: How long a whole restore's run token lives (ms): far past any restore; a run that dies leaves none for long.
+RUN_TOKEN_TTL_MS = 86_400_000
+#: The marker of the final lowering's refusal (see :data:`_FINISH`).
+_INTERRUPTED = "hotboard restore interrupted"
+#: The last lowering of a whole restore: as _LOWER, refused (nothing written) unless the run token KEYS[2] still
+#: exists, which it then deletes. KEYS: the checkpoint hash, the run token (the hash's tag: the same slot). ARGV: as
+#: _LOWER's.
+_FINISH = Script(
+    LOWERING
+    + f"""
+if redis.call('EXISTS', KEYS[2]) == 0 then return redis.error_reply('{_INTERRUPTED}') end
+local out = lower(KEYS[1], 5, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1')
+redis.call('DEL', KEYS[2])
+return out
+"""
+)
+
+
+def run_token_key(topic: str, run: str) -> str:
+    """The key a whole restore's run ``run`` holds while it runs: on the checkpoint hash's slot (its hash tag)."""
+    return f"{keys.checkpoint_key(topic)}:restore:{run}"
+
+
+async def begin(redis: Client, topic: str, run: str) -> None:
+    """Set the run token, before the first lowering: a Redis that loses it meanwhile lost the swaps after it too."""
+    await redis.set(run_token_key(topic, run), 1, px=RUN_TOKEN_TTL_MS)
+
+
+async def finish(redis: Client, topic: str, run: str, lowered: Sequence[Any]) -> None:
+    """A whole restore's last lowering, filling the checkpoints Redis holds none of, only while the run token
+    exists (else :class:`RestoreInterrupted`, nothing written)."""
+    try:
+        await _FINISH(redis, [keys.checkpoint_key(topic), run_token_key(topic, run)], ["lower", "", 0, "1", *lowered])
+    except ResponseError as exc:
+        if _INTERRUPTED in str(exc):
+            raise RestoreInterrupted(
+                f"Redis lost data during the restore of topic {topic} (its run token is gone): the boards swapped in "
+                "before may be gone too, so no lost checkpoint was written; run the restore again"
+            ) from exc
+        raise
 
 
 class RestoreBusy(TimeoutError):

@@ -35,6 +35,8 @@ from hotboard.redis_client import Client
 #: Rows read from the archive per chunk, and chunks written to Redis at once (see :func:`_copy_players`).
 CHUNK = staging.CHUNK
 IN_FLIGHT = 2
+#: Listings of the archive's boards a restore makes at most before it gives up (see :func:`restore`).
+LISTINGS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +92,18 @@ async def lower_checkpoints(archive: Archive, redis: Client, topic: str, lowest:
     """The first lowering: to the archive's checkpoints, only where Redis holds one (see :class:`Lowest`)."""
     async with archive.connection() as conn:
         args = await _checkpoint_args(conn, redis, topic)
-    lowest.add(args)
+    lowest.first(args)
     if args:
         await lowering.lower(redis, topic, args, fill=False)
+
+
+async def archived_partitions(archive: Archive, topic: str) -> set[int]:
+    """The partitions of ``topic`` the archive holds a checkpoint of (it has applied some of their events)."""
+    async with archive.connection() as conn:
+        rows = await conn.fetch(
+            "SELECT partition FROM hb_checkpoints WHERE topic = $1 AND checkpoint IS NOT NULL", topic
+        )
+    return {int(r["partition"]) for r in rows}
 
 
 async def restore_board(
@@ -221,18 +232,37 @@ async def restore(
     Redis holds none of (a lost Redis's: lifting its halts), once every board is in: one board restored must not
     let a partition resume while the others are still empty."""
     now_ms = int(time.time() * 1000)
+    run = staging.run_token()
+    if board is None:
+        await lowering.begin(redis, topic, run)
     names = await board_names(archive, board)
     # 1. checkpoints no higher than the archive's: a running worker resynchronises and replays the tail
     lowest = lowering.Lowest()
     await lower_checkpoints(archive, redis, topic, lowest)
-    done = []
-    for name in names:
-        restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest)
-        if restored is not None:
-            done.append(restored)
-            progress(restored)
-    # 2. each swap lowered them again, in its own step; once more to the lowest any snapshot named, and now (a
-    # whole restore) where Redis holds none too: every board is in
-    if final := lowest.triples():
-        await lowering.lower(redis, topic, final, fill=board is None)
+    done: list[Restored] = []
+    swapped: set[str] = set()
+    # the names again after the swaps: a board the archiver created meanwhile holds events a later snapshot's
+    # checkpoint covers (its window moved it), and must be in before that checkpoint is written
+    for _ in range(LISTINGS):
+        for name in (n for n in names if n not in swapped):
+            swapped.add(name)
+            restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest)
+            if restored is not None:
+                done.append(restored)
+                progress(restored)
+        names = await board_names(archive, board)
+        if swapped.issuperset(names):
+            break
+    else:
+        raise lowering.RestoreInterrupted(
+            f"the archive of topic {topic} gained boards at each of {LISTINGS} listings: no lost checkpoint was "
+            "written; run the restore again once the archiver slowed down"
+        )
+    # 2. each swap lowered them again, in its own step; once more to the lowest every board's snapshot named, and
+    # now (a whole restore, whose run token shows Redis lost nothing meanwhile) where Redis holds none too
+    final = lowest.triples()
+    if board is None:
+        await lowering.finish(redis, topic, run, final)
+    elif final:
+        await lowering.lower(redis, topic, final, fill=False)
     return done
