@@ -4,7 +4,8 @@ between its two lowerings (:func:`archive.staging.swap`).
 On a cluster the checkpoint hash lives on a slot of its own, so a board's swap lowers the checkpoints right before
 it and right after it, two round trips apart; the first lowering marks each partition it names **restoring**
 (``<p>:restoring``: a deadline, Redis TIME in ms, which the worker's checkpoint script honours) and the second
-clears the mark. Runs at once (two ``--on-redis-loss`` workers after a FLUSHALL; an operator's restore beside one;
+clears the mark. Neither writes a checkpoint Redis holds none of: only a whole restore's last lowering does
+(:class:`Lowest`). Runs at once (two ``--on-redis-loss`` workers after a FLUSHALL; an operator's restore beside one;
 every board's swap names every partition of the topic, so boards of any name) would share that one mark: the
 first to clear it would leave the other between its lowerings unmarked, and a worker that resynchronised then
 could move a checkpoint past what the other's swapped board holds. So each mark names the run holding it
@@ -21,6 +22,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import ResponseError
 
 from hotboard import keys
 from hotboard.redis_client import Client
@@ -44,7 +47,8 @@ MARK_RETRY_BASE_S, MARK_RETRY_CAP_S = 0.01, 0.5
 #: before (a window it applied to the board this swap replaced) is then refused, and it resynchronises. The new
 #: generation is the server's clock in microseconds, or one more than the last where that is not higher: a count
 #: from 1 would start over after a FLUSHALL and could name again the generation a worker read before it. From
-#: ARGV[first]: (partition, checkpoint, epoch) triples (epoch '0': left as it is). ``mode``: 'lower' alone;
+#: ARGV[first]: (partition, checkpoint, epoch) triples (epoch '0': left as it is). ``fill``: false leaves a checkpoint
+#: Redis holds none of absent (a lost Redis's halts wait on it: see :class:`Lowest`). ``mode``: 'lower' alone;
 #: 'mark' (cluster only, see archive.staging.swap): first, if any named partition holds a live mark (deadline
 #: ahead of Redis TIME) of a run other than ``run`` (a bare ``<p>:restoring`` without a matching
 #: ``<p>:restoring_by``: an older version's run, named ''), answer {partition, run, deadline} and write nothing;
@@ -59,7 +63,7 @@ local function holder(ckpt_key, p, now_ms, run)  -- another run's live mark on p
   if held[1] and held[1] ~= deadline and (tonumber(held[1]) or 0) > now_ms then return {p, '', held[1]} end
   return nil
 end
-local function lower(ckpt_key, first, mode, run, mark_ms)
+local function lower(ckpt_key, first, mode, run, mark_ms, fill)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local now_ms = math.floor(now / 1000)
@@ -73,7 +77,9 @@ local function lower(ckpt_key, first, mode, run, mark_ms)
   for i = first, #ARGV, 3 do
     local partition, lowered, epoch = ARGV[i], ARGV[i + 1], ARGV[i + 2]
     local cur = redis.call('HGET', ckpt_key, partition)
-    if not cur or tonumber(cur) > tonumber(lowered) then redis.call('HSET', ckpt_key, partition, lowered) end
+    if (fill and not cur) or (cur and tonumber(cur) > tonumber(lowered)) then
+      redis.call('HSET', ckpt_key, partition, lowered)
+    end
     if epoch ~= '0' then redis.call('HSET', ckpt_key, partition .. ':epoch', epoch) end
     local gen = tonumber(redis.call('HGET', ckpt_key, partition .. ':gen') or '0')
     local moved = math.max(gen + 1, now)
@@ -95,11 +101,11 @@ local function lower(ckpt_key, first, mode, run, mark_ms)
 end
 """
 #: Lower checkpoints (and bump generations) alone, or with the restoring mark. KEYS: the checkpoint hash. ARGV:
-#: mode, run, mark_ms (see LOWERING), then (partition, checkpoint, epoch) triples.
+#: mode, run, mark_ms, fill ('1' or '0'; see LOWERING), then (partition, checkpoint, epoch) triples.
 _LOWER = Script(
     LOWERING
     + """
-return lower(KEYS[1], 4, ARGV[1], ARGV[2], tonumber(ARGV[3]))
+return lower(KEYS[1], 5, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1')
 """
 )
 
@@ -118,6 +124,106 @@ class Holder:
         return f"partition {self.partition} is marked restoring by {who} until {self.deadline_ms} (ms, Redis TIME)"
 
 
+class Lowest:
+    """The checkpoints a whole restore may write where Redis holds none: per partition, the lowest any snapshot a
+    board was swapped in from named.
+
+    A lost Redis's partitions halt (``redis_lost``) with no checkpoint, and a halt lifts once the checkpoint is
+    written. So until every board is swapped in, no lowering writes a checkpoint Redis holds none of (``fill``
+    false): a restore that dies between two swaps leaves the halt for the next one, instead of a worker replaying
+    only the tail onto boards that are still empty. The last lowering then writes this: every swapped board holds
+    everything up to it (a snapshot's checkpoints only grow with the archive), so the replay misses nothing.
+
+    Only the boards' snapshots count: the first lowering's swaps no board in (where the archive had no checkpoint
+    of a partition yet there, and has one by the first board, that one is right). A partition one board's snapshot
+    lacked (neither the archive nor Redis had its checkpoint then) is left out: that board may lack events of it
+    that a later snapshot covers, so the checkpoint stays unwritten and the partition halted, for a restore that
+    reads it in every snapshot (see :meth:`missing`). With no board swapped in, the first lowering's counts."""
+
+    def __init__(self) -> None:
+        self._first: list[Any] = []
+        self._lowest: dict[str, tuple[int, int]] = {}
+        self._seen: dict[str, int] = {}
+        self._snapshots = 0
+
+    def first(self, lowered: Sequence[Any]) -> None:
+        """The first lowering's (partition, checkpoint, epoch) triples: what counts while no board is swapped in."""
+        self._first = list(lowered)
+
+    def add(self, lowered: Sequence[Any]) -> None:
+        """The triples of the snapshot one board was swapped in from."""
+        self._snapshots += 1
+        for i in range(0, len(lowered), 3):
+            partition, checkpoint, epoch = str(lowered[i]), int(lowered[i + 1]), int(lowered[i + 2])
+            self._seen[partition] = self._seen.get(partition, 0) + 1
+            held = self._lowest.get(partition)
+            if held is None or checkpoint < held[0]:
+                self._lowest[partition] = (checkpoint, epoch)
+
+    def missing(self) -> set[str]:
+        """Partitions some board's snapshot named and another's lacked: left out of :meth:`triples`."""
+        return {p for p, n in self._seen.items() if n < self._snapshots}
+
+    def triples(self) -> list[Any]:
+        """(partition, checkpoint, epoch) triples: the lowest of each partition every board's snapshot named."""
+        if not self._snapshots:
+            return list(self._first)
+        out: list[Any] = []
+        for partition, (checkpoint, epoch) in sorted(self._lowest.items()):
+            if self._seen[partition] == self._snapshots:
+                out += (partition, checkpoint, epoch)
+        return out
+
+
+class RestoreInterrupted(TimeoutError):
+    """Redis lost data while a whole restore ran (its run token, set before the first lowering on the checkpoint
+    hash's slot, is gone): boards it swapped in may be gone with it, so it writes no checkpoint Redis lost, and the
+    partitions stay halted. A TimeoutError, so the command exits 3 (run it again) and a worker's own restore
+    tries again after a backoff."""
+
+
+#: How long a whole restore's run token lives (ms): far past any restore; a run that dies leaves none for long.
+RUN_TOKEN_TTL_MS = 86_400_000
+#: The marker of the final lowering's refusal (see :data:`_FINISH`).
+_INTERRUPTED = "hotboard restore interrupted"
+#: The last lowering of a whole restore: as _LOWER, refused (nothing written) unless the run token KEYS[2] still
+#: exists, which it then deletes. KEYS: the checkpoint hash, the run token (the hash's tag: the same slot). ARGV: as
+#: _LOWER's.
+_FINISH = Script(
+    LOWERING
+    + f"""
+if redis.call('EXISTS', KEYS[2]) == 0 then return redis.error_reply('{_INTERRUPTED}') end
+local out = lower(KEYS[1], 5, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1')
+redis.call('DEL', KEYS[2])
+return out
+"""
+)
+
+
+def run_token_key(topic: str, run: str) -> str:
+    """The key a whole restore's run ``run`` holds while it runs: on the checkpoint hash's slot (its hash tag)."""
+    return f"{keys.checkpoint_key(topic)}:restore:{run}"
+
+
+async def begin(redis: Client, topic: str, run: str) -> None:
+    """Set the run token, before the first lowering: a Redis that loses it meanwhile lost the swaps after it too."""
+    await redis.set(run_token_key(topic, run), 1, px=RUN_TOKEN_TTL_MS)
+
+
+async def finish(redis: Client, topic: str, run: str, lowered: Sequence[Any]) -> None:
+    """A whole restore's last lowering, filling the checkpoints Redis holds none of, only while the run token
+    exists (else :class:`RestoreInterrupted`, nothing written)."""
+    try:
+        await _FINISH(redis, [keys.checkpoint_key(topic), run_token_key(topic, run)], ["lower", "", 0, "1", *lowered])
+    except ResponseError as exc:
+        if _INTERRUPTED in str(exc):
+            raise RestoreInterrupted(
+                f"Redis lost data during the restore of topic {topic} (its run token is gone): the boards swapped in "
+                "before may be gone too, so no lost checkpoint was written; run the restore again"
+            ) from exc
+        raise
+
+
 class RestoreBusy(TimeoutError):
     """Another restore or rebuild held a restoring mark on the topic's partitions for longer than a swap waits:
     a TimeoutError, so the commands exit 3 (retry later) and a worker's own restore tries again at its next
@@ -131,30 +237,43 @@ class RestoreBusy(TimeoutError):
         self.holder = holder
 
 
-async def lower(redis: Client, topic: str, lowered: Sequence[Any]) -> None:
-    """Lower the topic's checkpoints to ``lowered`` ((partition, checkpoint, epoch) triples), bumping generations."""
-    await _LOWER(redis, [keys.checkpoint_key(topic)], ["lower", "", 0, *lowered])
+async def lower(redis: Client, topic: str, lowered: Sequence[Any], *, fill: bool = True) -> None:
+    """Lower the topic's checkpoints to ``lowered`` ((partition, checkpoint, epoch) triples), bumping generations;
+    ``fill``: write those Redis holds none of, too (else they stay absent)."""
+    await _LOWER(redis, [keys.checkpoint_key(topic)], ["lower", "", 0, _flag(fill), *lowered])
+
+
+def _flag(fill: bool) -> str:
+    return "1" if fill else "0"
 
 
 async def mark(
-    redis: Client, topic: str, lowered: Sequence[Any], run: str, bound_ms: int = RESTORING_BOUND_MS
+    redis: Client,
+    topic: str,
+    lowered: Sequence[Any],
+    run: str,
+    bound_ms: int = RESTORING_BOUND_MS,
+    *,
+    fill: bool = True,
 ) -> Holder | None:
     """One marking lowering: as :func:`lower`, and each named partition marked restoring by ``run`` for
     ``bound_ms``; or, while another run's mark is live on one of them, nothing written and that mark back."""
-    reply = await _LOWER(redis, [keys.checkpoint_key(topic)], ["mark", run, bound_ms, *lowered])
+    reply = await _LOWER(redis, [keys.checkpoint_key(topic)], ["mark", run, bound_ms, _flag(fill), *lowered])
     if reply is None:
         return None
     partition, by, deadline = (x.decode() if isinstance(x, bytes) else str(x) for x in reply)
     return Holder(partition, by, int(float(deadline)))  # an older version's bare mark: a Lua number
 
 
-async def hold(redis: Client, topic: str, lowered: Sequence[Any], run: str, wait_s: float | None = None) -> None:
+async def hold(
+    redis: Client, topic: str, lowered: Sequence[Any], run: str, wait_s: float | None = None, *, fill: bool = True
+) -> None:
     """:func:`mark`, tried again (capped exponential backoff) while another run holds a mark, for at most
     ``wait_s`` (None: ``MARK_WAIT_S``, read at each call); then :class:`RestoreBusy` naming it."""
     wait_s = MARK_WAIT_S if wait_s is None else wait_s
     backoff = Backoff(MARK_RETRY_BASE_S, MARK_RETRY_CAP_S)
     deadline = time.monotonic() + wait_s
-    while (holder := await mark(redis, topic, lowered, run)) is not None:
+    while (holder := await mark(redis, topic, lowered, run, fill=fill)) is not None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise RestoreBusy(topic, holder, wait_s)
@@ -163,7 +282,7 @@ async def hold(redis: Client, topic: str, lowered: Sequence[Any], run: str, wait
         await asyncio.sleep(min(backoff.next_delay(), left))
 
 
-async def clear(redis: Client, topic: str, lowered: Sequence[Any], run: str) -> None:
+async def clear(redis: Client, topic: str, lowered: Sequence[Any], run: str, *, fill: bool = True) -> None:
     """The lowering after a swap: as :func:`lower`, and each named partition's mark deleted where ``run`` holds
     it (a mark of another run, one that expired and was taken over included, is left to it)."""
-    await _LOWER(redis, [keys.checkpoint_key(topic)], ["clear", run, 0, *lowered])
+    await _LOWER(redis, [keys.checkpoint_key(topic)], ["clear", run, 0, _flag(fill), *lowered])

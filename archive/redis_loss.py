@@ -8,7 +8,8 @@ topic's checkpoints to the archive's; then the halts it answers are lifted, so t
 restored watermarks skip what the boards hold). It runs beside the flush loop, never inside it: the worker's
 other partitions keep flowing. A partition is restored for at most once per process: if the archive does not
 reach back far enough either (its own checkpoint was deleted by retention too), the partition halts again and
-stays halted for an operator.
+stays halted for an operator. A restore that fails, or leaves a partition's lost checkpoint unwritten (the
+archive has not applied its events yet), is tried again after a backoff that grows.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from types import TracebackType
 from typing import Any, Self
 
 from archive.pool import Archive
-from archive.restore import Restored, restore
+from archive.restore import Restored, archived_partitions, restore
 from flusher.checkpoints import CheckpointHash
-from ingest.errors import TRANSIENT
+from hotboard.timing import Backoff
 from ingest.partitions import Halt, HaltReason
 from ingest.settings import WorkerSettings
 from ingest.worker import Worker
@@ -32,8 +33,15 @@ log = logging.getLogger(__name__)
 
 #: Connect and statement timeout of the archive, as the archiver's default.
 ARCHIVE_TIMEOUT_S = 10.0
+#: How long a failed restore waits at most before it is tried again (s): from ``halt_recheck_s`` doubling up to this.
+RETRY_CAP_S = 300.0
 #: The halts an archive can answer: history that is gone from Redis and from Kafka alike.
 RESTORABLE = frozenset({HaltReason.REDIS_LOST, HaltReason.RETENTION_LOST})
+
+
+class ArchiveBehind(RuntimeError):
+    """The archive has applied no event of the halted partitions yet: a restore would write no checkpoint of
+    theirs (archive.lowering.Lowest), so none runs until the archiver has (looked at again after a backoff)."""
 
 
 def restores(settings: WorkerSettings) -> bool:
@@ -54,12 +62,16 @@ class LossRestorer:
         # partition that resumed during the restore would then move its checkpoint past a swap it has not seen.
         self._halts = CheckpointHash(redis, settings.topic)
         self._tried: set[int] = set()
-        # Partitions whose restore failed part-way: its first lowering wrote the archive's checkpoints, which lifts
-        # their halts at the worker's next look (the checkpoint changed), so they are retried whether or not
-        # they are still halted, until one restore completes.
+        # Partitions whose restore failed part-way: its lowerings may have lowered checkpoints Redis still held
+        # (a retention_lost halt's), which lifts those halts at the worker's next look (the checkpoint changed), so
+        # they are retried whether or not they are still halted, until one restore completes. (A checkpoint Redis
+        # lost is written only by a restore that completed: archive.lowering.Lowest.)
         self._owed: set[int] = set()
         self._task: asyncio.Task[None] | None = None
+        self._backoff = Backoff(settings.halt_recheck_s, max(settings.halt_recheck_s, RETRY_CAP_S))
         self.restores = 0
+        #: Restores that failed (each retried after a backoff).
+        self.failures = 0
 
     def note(self, halted: Mapping[int, Halt]) -> None:
         if self._task is not None and not self._task.done():
@@ -77,25 +89,44 @@ class LossRestorer:
 
         try:
             async with Archive(s.postgres, ARCHIVE_TIMEOUT_S) as archive:
+                covered = await archived_partitions(archive, s.topic)
+                if covered.isdisjoint(partitions):  # nothing to gain from swapping every board in again
+                    raise ArchiveBehind(f"the archive holds no checkpoint of partitions {partitions} yet")
                 done = await restore(archive, self._redis, s.topic, None, progress)
             # the halts this restore answers: lifted, so the next look positions from the archive's checkpoints
-            _, halts = await self._halts.load_positions(partitions)
+            checkpoints, halts = await self._halts.load_positions(partitions)
             for p, recorded in halts.items():
-                await self._halts.lift_halt(p, recorded, False)
-        except TRANSIENT as exc:  # the archive (an OSError when away), Redis away, another run's restoring mark
-            self._owed.update(partitions)  # tried again at the next tick, halted still or not (see __init__)
-            log.error("restore from the archive failed (%r); retrying", exc)
-            await asyncio.sleep(s.halt_recheck_s)
+                if p in checkpoints:
+                    await self._halts.lift_halt(p, recorded, False)
+        except Exception as exc:  # noqa: BLE001 - see below: every failure waits and retries
+            # The archive or Redis away, another run's restoring mark, Redis losing data meanwhile, or a fault no
+            # immediate retry mends (an archive without the schema, a staged board that expired): tried again
+            # after a backoff that grows, halted still or not (see __init__), never in a loop, never fatal.
+            await self._failed(partitions, repr(exc), exc)
             return
+        # a checkpoint still absent: the archive lacked the partition in some board's snapshot (archive.lowering.
+        # Lowest); it stays halted and owed, for a restore once the archiver has applied its events
+        unwritten = [p for p in partitions if p not in checkpoints]
         self._owed.difference_update(partitions)
-        self._tried.update(partitions)
+        self._tried.update(p for p in partitions if p in checkpoints)
         self.restores += 1
         log.warning(
             "restored %d boards (%d players) from the archive; partitions %s resume from its checkpoints",
             len(done),
             sum(d.players for d in done),
-            partitions,
+            [p for p in partitions if p in checkpoints],
         )
+        if unwritten:
+            await self._failed(unwritten, "the archive holds no checkpoint of them in every snapshot", None)
+        else:
+            self._backoff.reset()
+
+    async def _failed(self, partitions: list[int], why: str, exc: BaseException | None) -> None:
+        self._owed.update(partitions)
+        self.failures += 1
+        delay = self._backoff.next_delay()
+        log.error("restore of partitions %s failed (%s); retrying in %.1f s", partitions, why, delay, exc_info=exc)
+        await asyncio.sleep(delay)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -7,10 +7,11 @@ board holds and what it has applied stay one statement. A board's meta version m
 the archived one: a reader's cache keyed by version never serves the old board for the new.
 
 The topic's checkpoints are lowered to the archive's before the swaps, by each swap (in its script, to the
-checkpoints of the snapshot the board was read from) and once more after them: a worker whose checkpoint move is
-refused, or that is fenced on a swapped board, resynchronises, and replays from no later than the archive's
-checkpoint the tail the restored boards lack (their watermarks skip what they hold). Each lowering bumps the
-partition's restore generation, which the move compares: it is refused even where the checkpoint was no higher.
+checkpoints of the snapshot the board was read from) and once more after them (where Redis holds none, as a lost
+Redis does, only by that last lowering of a whole restore: :class:`archive.lowering.Lowest`): a worker whose
+checkpoint move is refused, or that is fenced on a swapped board, resynchronises, and replays from no later than the
+archive's checkpoint the tail the restored boards lack (their watermarks skip what they hold). Each lowering bumps
+the partition's restore generation, which the move compares: it is refused even where the checkpoint was no higher.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from hotboard.redis_client import Client
 #: Rows read from the archive per chunk, and chunks written to Redis at once (see :func:`_copy_players`).
 CHUNK = staging.CHUNK
 IN_FLIGHT = 2
+#: Listings of the archive's boards a restore makes at most before it gives up (see :func:`restore`).
+LISTINGS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,19 +88,37 @@ async def _checkpoint_args(conn: Any, redis: Client, topic: str) -> list[Any]:
     return args
 
 
-async def lower_checkpoints(archive: Archive, redis: Client, topic: str) -> int:
+async def lower_checkpoints(archive: Archive, redis: Client, topic: str, lowest: lowering.Lowest) -> None:
+    """The first lowering: to the archive's checkpoints, only where Redis holds one (see :class:`Lowest`)."""
     async with archive.connection() as conn:
         args = await _checkpoint_args(conn, redis, topic)
+    lowest.first(args)
     if args:
-        await lowering.lower(redis, topic, args)
-    return len(args) // 3
+        await lowering.lower(redis, topic, args, fill=False)
+
+
+async def archived_partitions(archive: Archive, topic: str) -> set[int]:
+    """The partitions of ``topic`` the archive holds a checkpoint of (it has applied some of their events)."""
+    async with archive.connection() as conn:
+        rows = await conn.fetch(
+            "SELECT partition FROM hb_checkpoints WHERE topic = $1 AND checkpoint IS NOT NULL", topic
+        )
+    return {int(r["partition"]) for r in rows}
 
 
 async def restore_board(
-    archive: Archive, redis: Client, topic: str, board: str, now_ms: int, copied: Callable[[Copied], None] | None = None
+    archive: Archive,
+    redis: Client,
+    topic: str,
+    board: str,
+    now_ms: int,
+    copied: Callable[[Copied], None] | None = None,
+    lowest: lowering.Lowest | None = None,
 ) -> Restored | None:
     """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired.
-    ``copied`` hears each chunk of players staged."""
+    ``copied`` hears each chunk of players staged; ``lowest`` the checkpoints of the snapshot it was read from
+    (its swap lowers only those Redis holds: see :class:`archive.lowering.Lowest`)."""
+    lowest = lowering.Lowest() if lowest is None else lowest
     live, run = staging.live_keys(board), staging.run_token()
     twin = staging.staging_keys(live, run)
     async with archive.connection() as conn:
@@ -108,7 +129,7 @@ async def restore_board(
             "SELECT last_offset FROM hb_watermarks WHERE board = $1 AND field = $2", board, keys.APPLIED_DELETED_VERSION
         )
         if floor is not None and (row is None or row["version"] <= floor):  # deleted and not written since
-            await _restore_deleted(conn, redis, topic, board, live, twin, run)
+            await _restore_deleted(conn, redis, topic, board, live, twin, run, lowest)
             return None
         if row is None or 0 < row["expires_at_ms"] <= now_ms:
             return None
@@ -118,6 +139,7 @@ async def restore_board(
             lowered = await _checkpoint_args(conn, redis, topic)  # the snapshot's: every event up to them is in it
             marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
             players = await _copy_players(conn, redis, board, twin, definition, copied)
+    lowest.add(lowered)
     # after the players: the few hashes are written (and the staging TTL renewed) right before the swap
     await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
     root = definition.seasonal and period is None
@@ -126,21 +148,30 @@ async def restore_board(
         await staging.stage_hash(redis, twin, 3, staging.period_copy(definition))
     elif definition != DEFAULT:
         await staging.stage_hash(redis, twin, 3, to_hash(definition, now_ms))
-    await staging.swap(redis, topic, live, twin, [-1 if root else row["version"], row["expires_at_ms"]], lowered, run)
+    args = [-1 if root else row["version"], row["expires_at_ms"]]
+    await staging.swap(redis, topic, live, twin, args, lowered, run, fill=False)
     if period is None:
         await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
     return Restored(board, players)
 
 
 async def _restore_deleted(
-    conn: Any, redis: Client, topic: str, board: str, live: list[str], twin: list[str], run: str
+    conn: Any,
+    redis: Client,
+    topic: str,
+    board: str,
+    live: list[str],
+    twin: list[str],
+    run: str,
+    lowest: lowering.Lowest,
 ) -> None:
     """A deleted board: only its watermarks (and deleted version) come back, every other key of it goes."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         lowered = await _checkpoint_args(conn, redis, topic)
         marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
+    lowest.add(lowered)
     await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
-    await staging.swap(redis, topic, live, twin, [-1, 0], lowered, run)
+    await staging.swap(redis, topic, live, twin, [-1, 0], lowered, run, fill=False)
 
 
 async def _copy_players(
@@ -197,17 +228,41 @@ async def restore(
     copied: Callable[[Copied], None] | None = None,
 ) -> list[Restored]:
     """Restore every archived board (``board`` None) or one board and its periods; ``progress`` hears each board
-    swapped in, ``copied`` each chunk of its players staged before."""
+    swapped in, ``copied`` each chunk of its players staged before. Only a whole restore writes the checkpoints
+    Redis holds none of (a lost Redis's: lifting its halts), once every board is in: one board restored must not
+    let a partition resume while the others are still empty."""
     now_ms = int(time.time() * 1000)
+    run = staging.run_token()
+    if board is None:
+        await lowering.begin(redis, topic, run)
     names = await board_names(archive, board)
     # 1. checkpoints no higher than the archive's: a running worker resynchronises and replays the tail
-    await lower_checkpoints(archive, redis, topic)
-    done = []
-    for name in names:
-        restored = await restore_board(archive, redis, topic, name, now_ms, copied)
-        if restored is not None:
-            done.append(restored)
-            progress(restored)
-    # 2. each swap lowered them again, in its own step; once more for a run that restored no board
-    await lower_checkpoints(archive, redis, topic)
+    lowest = lowering.Lowest()
+    await lower_checkpoints(archive, redis, topic, lowest)
+    done: list[Restored] = []
+    swapped: set[str] = set()
+    # the names again after the swaps: a board the archiver created meanwhile holds events a later snapshot's
+    # checkpoint covers (its window moved it), and must be in before that checkpoint is written
+    for _ in range(LISTINGS):
+        for name in (n for n in names if n not in swapped):
+            swapped.add(name)
+            restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest)
+            if restored is not None:
+                done.append(restored)
+                progress(restored)
+        names = await board_names(archive, board)
+        if swapped.issuperset(names):
+            break
+    else:
+        raise lowering.RestoreInterrupted(
+            f"the archive of topic {topic} gained boards at each of {LISTINGS} listings: no lost checkpoint was "
+            "written; run the restore again once the archiver slowed down"
+        )
+    # 2. each swap lowered them again, in its own step; once more to the lowest every board's snapshot named, and
+    # now (a whole restore, whose run token shows Redis lost nothing meanwhile) where Redis holds none too
+    final = lowest.triples()
+    if board is None:
+        await lowering.finish(redis, topic, run, final)
+    elif final:
+        await lowering.lower(redis, topic, final, fill=False)
     return done

@@ -39,18 +39,18 @@ _KINDS: tuple[Callable[[str], str], ...] = (
     keys.dense_key,
     keys.counts_key,
 )
-#: Swap a restored board in, and lower the topic's checkpoints to the archive's as of the snapshot the board was
-#: read from, in the same step: a worker that was fenced on this board, or whose checkpoint move is refused,
-#: then replays from no later than what the board holds (lowered only before and after every swap, a worker
-#: resynchronised in between wrote the tail on top of a board lacking the events before it, and the second
-#: lowering came too late: the watermarks skipped them). KEYS: the 8 live keys, their 8 restored twins, the
-#: checkpoint hash (left out on a Redis Cluster, where it lives on another slot: see :func:`swap`). ARGV: the
-#: archived version (-1: a seasonal board's own meta, which holds no version), when the keys expire (ms; 0:
-#: never), then (partition, checkpoint, epoch) triples as for :func:`archive.lowering.lower` (none without the
-#: checkpoint hash). Every staging writes the applied or the meta twin: with neither, the staged board expired
-#: (``STAGING_TTL_MS``, a run stalled that long), and the swap refuses rather than delete the live board. A
-#: renamed key keeps its staging TTL (RENAME moves it along), so it is set to the board's expiry or removed
-#: (PERSIST).
+#: Swap a restored board in, and lower the topic's checkpoints to the archive's as of the snapshot the board was read
+#: from, in the same step: a worker that was fenced on this board, or whose checkpoint move is refused, then replays
+#: from no later than what the board holds (lowered only before and after every swap, a worker resynchronised in
+#: between wrote the tail on top of a board lacking the events before it, and the second lowering came too late: the
+#: watermarks skipped them). KEYS: the 8 live keys, their 8 restored twins, the checkpoint hash (left out on a Redis
+#: Cluster, where it lives on another slot: see :func:`swap`). ARGV: the archived version (-1: a seasonal board's own
+#: meta, which holds no version), when the keys expire (ms; 0: never), fill ('1': a checkpoint Redis holds none of is
+#: written too, see :func:`archive.lowering.lower`), then (partition, checkpoint, epoch) triples as for
+#: :func:`archive.lowering.lower` (none without the checkpoint hash). Every staging writes the applied or the meta
+#: twin: with neither, the staged board expired (``STAGING_TTL_MS``, a run stalled that long), and the swap refuses
+#: rather than delete the live board. A renamed key keeps its staging TTL (RENAME moves it along), so it is set to
+#: the board's expiry or removed (PERSIST).
 _SWAP = Script(
     lowering.LOWERING
     + f"""
@@ -59,7 +59,7 @@ local kinds = {len(_KINDS)}  -- KEYS[1..kinds]: the live keys in _KINDS order; K
 local live_meta, staged_applied, staged_meta = KEYS[3], KEYS[2 + kinds], KEYS[3 + kinds]
 local ckpt_key = KEYS[2 * kinds + 1]  -- nil on a Redis Cluster, whose swap has no triples to lower
 if redis.call('EXISTS', staged_applied, staged_meta) == 0 then return redis.error_reply('staged board expired') end
-lower(ckpt_key, 3, 'lower', '', 0)
+lower(ckpt_key, 4, 'lower', '', 0, ARGV[3] == '1')
 if archived >= 0 then
   local live = tonumber(redis.call('HGET', live_meta, '{keys.META_VERSION}') or '0')
   redis.call('HSET', staged_meta, '{keys.META_VERSION}', math.max(live, archived) + 1)
@@ -121,28 +121,32 @@ async def swap(
     lowered: Sequence[Any],
     run: str,
     wait_s: float | None = None,
+    *,
+    fill: bool = True,
 ) -> None:
     """Swap the staged ``twin`` (of the staging ``run``) in over ``live``. ``args``: the archived version (-1: a
     seasonal board's own meta) and when the keys expire (ms, 0: never); ``lowered``: (partition, checkpoint, epoch)
-    triples the topic's checkpoints are lowered to. On one server the script lowers them in the same step; on a
+    triples the topic's checkpoints are lowered to (``fill``: where Redis holds none too, see
+    :func:`archive.lowering.lower`). On one server the script lowers them in the same step; on a
     Redis Cluster the checkpoint hash lives on a slot of its own (a script may not span two), so they are lowered
     right before the swap and right after it, two round trips apart. The first lowering also marks each partition
     restoring, held by ``run`` (waiting up to ``wait_s``, default ``MARK_WAIT_S``, while another run holds a mark, then
     :class:`archive.lowering.RestoreBusy`): until the second clears it (a failed swap, or a first lowering whose
     reply was lost, too), no worker moves those checkpoints, so none that resynchronised in between resumes past
     what the swapped board holds (docs/archive.md)."""
+    flagged = [*args, "1" if fill else "0"]
     if not isinstance(redis, RedisCluster):
-        await _SWAP(redis, [*live, *twin, keys.checkpoint_key(topic)], [*args, *lowered])
+        await _SWAP(redis, [*live, *twin, keys.checkpoint_key(topic)], [*flagged, *lowered])
         return
     if not lowered:
-        await _SWAP(redis, [*live, *twin], list(args))
+        await _SWAP(redis, [*live, *twin], flagged)
         return
     try:
         # inside the try: a reply lost after the marking lowering ran (a timeout) must still clear its mark
-        await lowering.hold(redis, topic, lowered, run, wait_s)
-        await _SWAP(redis, [*live, *twin], list(args))
+        await lowering.hold(redis, topic, lowered, run, wait_s, fill=fill)
+        await _SWAP(redis, [*live, *twin], flagged)
     finally:
-        await lowering.clear(redis, topic, lowered, run)
+        await lowering.clear(redis, topic, lowered, run, fill=fill)
 
 
 async def stage_players(redis: Client, twin: Sequence[str], definition: BoardDef, rows: Sequence[Any]) -> None:

@@ -8,18 +8,15 @@ per-board results) does not.
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
 from bench import board_layouts
 from bench.boards import fold, records, script_seconds
-from cli.devstack import RedisServer, free_port
+from bench.scratch import on_scratch_redis
 from flusher import wire
 
 _write, _replies = wire._write, wire._replies
@@ -60,13 +57,7 @@ async def main_async(url: str, boards: int) -> None:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        server = RedisServer(free_port(), Path(tmp), appendonly=False)
-        server.start()
-        try:
-            asyncio.run(main_async(server.url, 100_000))
-        finally:
-            server.stop()
+    on_scratch_redis(lambda url: main_async(url, 100_000))
     return 0
 
 

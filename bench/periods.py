@@ -4,16 +4,13 @@ time of this process, which runs the app in-process on a throwaway redis-server)
 
 from __future__ import annotations
 
-import asyncio
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 from redis.asyncio import Redis
 
-from cli.devstack import RedisServer, free_port
+from bench.scratch import on_scratch_redis
 from hotboard import board_store, keys
 from hotboard.boards import BoardDef
 from hotboard.periods import period_board
@@ -62,13 +59,7 @@ async def run(url: str) -> None:
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        server = RedisServer(free_port(), Path(tmp), appendonly=False)
-        server.start()
-        try:
-            asyncio.run(run(server.url))
-        finally:
-            server.stop()
+    on_scratch_redis(run)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,13 @@ the variants (``--rounds``) and each variant's best round counts, so a noisy nei
 from __future__ import annotations
 
 import argparse
-import asyncio
 import random
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from redis.asyncio import Redis
 
-from cli.devstack import RedisServer, free_port
+from bench.scratch import on_scratch_redis
 from flusher.batch import BoardBatch
 from flusher.redis_sink import RedisSink
 from hotboard import board_store
@@ -109,13 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--script-players", type=int, default=4000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        server = RedisServer(free_port(), Path(tmp), appendonly=False)
-        server.start()
-        try:
-            return asyncio.run(bench(server.url, args))
-        finally:
-            server.stop()
+    return on_scratch_redis(lambda url: bench(url, args))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,10 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("restore", help="rebuild boards in Redis from the PostgreSQL archive")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--all", action="store_true", help="every archived board")
-    which.add_argument("--board", help="one board (with its periods)")
+    which.add_argument(
+        "--board",
+        help="one board (with its periods); never lifts a lost Redis's halts (a lost checkpoint: run --all)",
+    )
     add_options(p, ArchiverSettings, only=OPTIONS)
     p.set_defaults(run=cmd_restore)
 

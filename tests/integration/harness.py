@@ -178,9 +178,12 @@ class WorkerProcess:
         window_ms: int = 500,
         extra_env: dict[str, str] | None = None,
         command: str = "worker",
+        module: str = "cli.main",
     ) -> None:
         self.name = name
         self.command = command
+        #: What runs: ``python -m <module> <command>`` (a test's wrapper module takes no command: "").
+        self.module = module
         self.log_path = log_dir / f"{name}.log"
         self.metrics_port = free_port()
         self.env = {
@@ -202,7 +205,8 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         with self.log_path.open("ab") as log:
             log.write(f"--- start {self.starts}\n".encode())
-        self.proc = spawn([sys.executable, "-m", "cli.main", self.command], self.log_path, env=self.env)
+        argv = [sys.executable, "-m", self.module, *([self.command] if self.command else [])]
+        self.proc = spawn(argv, self.log_path, env=self.env)
         self.starts += 1
         return self
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
@@ -20,12 +21,15 @@ from ingest.partitions import HaltReason
 from tests.integration.archive_harness import archive_totals
 from tests.integration.harness import (
     Totals,
+    WorkerProcess,
     checkpoint,
+    diff,
     log_starts_at,
     read_boards,
     run_worker,
     sample,
     totals_of,
+    wait_for,
     wait_while_running,
     worker_events,
     worker_settings,
@@ -96,6 +100,69 @@ async def test_a_lost_redis_is_restored_from_the_archive_and_the_tail_replayed(
                 await asyncio.sleep(2.0)  # several halt re-checks: no second restore, still halted
                 assert member.restorer.restores == 1 and worker.halted and not worker.ready
                 assert read_boards(redis_server.url, ["global"]) == totals_of(head), "the archive's boards, no more"
+        finally:
+            member.stop()
+            await asyncio.wait_for(task, 30)
+
+
+async def test_a_restore_killed_between_its_swaps_leaves_the_loss_for_the_next_worker(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, postgres_url: str, tmp_path: Path
+) -> None:
+    """A ``--on-redis-loss restore`` worker is killed -9 between two boards' swaps: board a is back, board b still
+    empty. The checkpoint Redis lost must stay unwritten until every board is in, so that the partition stays
+    halted and the next worker restores again; a checkpoint written by the first lowering would lift the halt
+    and b would get only the tail (its events 0..299 live only in the archive)."""
+    topic = topic_factory(1)
+    a, b = worker_events("a", 20, 200), worker_events("b", 20, 200)
+    events = [e for pair in zip(a, b, strict=True) for e in pair]
+    head = events[:300]
+    await publish(kafka, topic, head)
+    group = f"g-{topic}"
+    settings = worker_settings(kafka, redis_server.url, topic, group, halt_recheck_s=0.5)
+    await run_worker(settings, lambda w: checkpoint(redis_server.url, topic) == 299, "checkpoint 299")
+    await archive_head(kafka, redis_server.url, postgres_url, topic, totals_of(head))
+    await publish(kafka, topic, events[300:])
+    await Redis.from_url(redis_server.url).flushall()
+
+    paused = tmp_path / "paused"
+    victim = WorkerProcess(
+        kafka=kafka,
+        redis_url=redis_server.url,
+        topic=topic,
+        group=group,
+        log_dir=tmp_path,
+        name="restoring",
+        module="tests.integration.paused_worker",
+        command="",
+        extra_env={
+            "HOTBOARD_POSTGRES": postgres_url,
+            "HOTBOARD_ON_REDIS_LOSS": "restore",
+            "HOTBOARD_HALT_RECHECK_S": "0.5",
+            "HB_TEST_LOG_START": "250",
+            "HB_TEST_PAUSE_SWAP": "b",
+            "HB_TEST_PAUSED": str(paused),
+        },
+    )
+    try:
+        victim.start()
+        wait_for(paused.exists, timeout_s=90, what=f"the restore reaching board b's swap:\n{victim.log()[-2000:]}")
+        victim.kill()
+    finally:
+        victim.cleanup()
+
+    restoring = settings.model_copy(update={"postgres": postgres_url})
+    async with RestoringWorker(restoring, handle_signals=False) as member:
+        worker = member.worker
+        await log_starts_at(worker, 250)
+        task = asyncio.create_task(member.run())
+        try:
+            await wait_while_running(
+                lambda: worker.ready and checkpoint(redis_server.url, topic) == 399, task, "the tail applied", 90
+            )
+            expected = totals_of(events)
+            actual = read_boards(redis_server.url, expected)
+            assert actual == expected, diff(expected, actual)
+            assert member.restorer.restores == 1, "the next worker restored what the killed one left undone"
         finally:
             member.stop()
             await asyncio.wait_for(task, 30)

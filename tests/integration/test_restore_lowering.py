@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 import pytest
@@ -13,6 +15,7 @@ from redis.asyncio import Redis
 
 from archive import lowering, restore, schema, staging
 from archive.pool import Archive
+from flusher.batch import NO_WATERMARK
 from flusher.redis_sink import RedisSink
 from hotboard import keys
 from hotboard.boards import DEFAULT
@@ -118,3 +121,160 @@ async def test_a_restored_board_keeps_no_staging_ttl_and_a_period_board_keeps_it
     assert await redis_client.ttl(keys.board_key("global")) == -1
     for key in (keys.board_key("weekly"), keys.player_meta_key("weekly"), keys.meta_key("weekly")):
         assert await redis_client.pexpiretime(key) == expires_at_ms, key
+
+
+async def _archive_two_boards(postgres_url: str, topic: str, checkpoint: int) -> str:
+    """Boards a and b of one player each, both at ``checkpoint`` on partition 0, as an archiver leaves them."""
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await schema.migrate(conn)
+        field = keys.watermark_field(topic, 0, 0)
+        for board in ("a", "b"):
+            await conn.execute("INSERT INTO hb_boards (board, spec, version) VALUES ($1, $2, 1)", board, DEFAULT.spec)
+            await conn.execute("INSERT INTO hb_scores VALUES ($1, 'p', 10, NULL, NULL)", board)
+            await conn.execute("INSERT INTO hb_watermarks VALUES ($1, $2, $3)", board, field, checkpoint)
+        await conn.execute(
+            "INSERT INTO hb_checkpoints (topic, partition, checkpoint) VALUES ($1, 0, $2)", topic, checkpoint
+        )
+    finally:
+        await conn.close()
+    return field
+
+
+async def test_a_lost_checkpoint_is_written_no_higher_than_the_first_swapped_board_holds(
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis lost everything; the archiver applies offsets 10..19 between the swaps of a (read at 9) and b (read at
+    19). The checkpoint the restore writes at its end must be 9: written as the archive's checkpoint then (19), the
+    partition would resume at 20 and a would never get its events 10..19."""
+    topic = "scores"
+    field = await _archive_two_boards(postgres_url, topic, 9)
+    real = staging.swap
+
+    async def swap(redis: Any, topic_: str, live: Sequence[str], *args: Any, **kwargs: Any) -> None:
+        await real(redis, topic_, live, *args, **kwargs)
+        if list(live) == staging.live_keys("a"):  # the archiver's next window, between the two swaps
+            conn = await asyncpg.connect(postgres_url)
+            try:
+                await conn.execute("UPDATE hb_scores SET score = score + 1")
+                await conn.execute("UPDATE hb_watermarks SET last_offset = 19")
+                await conn.execute("UPDATE hb_checkpoints SET checkpoint = 19")
+            finally:
+                await conn.close()
+
+    monkeypatch.setattr(staging, "swap", swap)
+    async with Archive(postgres_url) as archive:
+        await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    marks = [await redis_client.hget(keys.applied_key(b), field) for b in ("a", "b")]
+    assert marks == [b"9", b"19"], "each board as of its own snapshot"
+    assert await redis_client.hget(keys.checkpoint_key(topic), "0") == b"9"
+
+
+async def test_restoring_one_board_never_writes_a_checkpoint_redis_lost(redis_client: Redis, postgres_url: str) -> None:
+    """A lost Redis's partition halts ``redis_lost`` with no checkpoint, and a written checkpoint lifts the halt.
+    ``restore --board a`` brings a back but not b: it must leave the checkpoint unwritten (the partition stays
+    halted; resuming would give b only the tail); the whole restore writes it."""
+    topic = "scores"
+    await _archive_two_boards(postgres_url, topic, 9)
+    ckpt = keys.checkpoint_key(topic)
+    await redis_client.hset(ckpt, keys.halt_field(0), f"{HaltReason.REDIS_LOST.value} {NO_WATERMARK}")
+    async with Archive(postgres_url) as archive:
+        done = await restore.restore(archive, redis_client, topic, "a", lambda _: None)
+        assert [d.board for d in done] == ["a"]
+        assert await redis_client.hget(ckpt, "0") is None, "one board restored lifted the halt"
+        await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    assert await redis_client.hget(ckpt, "0") == b"9"
+
+
+async def _sql(postgres_url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def test_redis_losing_data_between_the_swaps_writes_no_lost_checkpoint(
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis is wiped again right after a's swap (a second crash without persistence): a is gone with it. The
+    restore must not then write the lost checkpoint (that would lift the halt with a empty): it refuses, and the
+    next restore brings both back and writes it."""
+    topic = "scores"
+    field = await _archive_two_boards(postgres_url, topic, 9)
+    real = staging.swap
+
+    async def swap(redis: Any, topic_: str, live: Sequence[str], *args: Any, **kwargs: Any) -> None:
+        await real(redis, topic_, live, *args, **kwargs)
+        if list(live) == staging.live_keys("a"):
+            await redis.flushall()
+
+    monkeypatch.setattr(staging, "swap", swap)
+    ckpt = keys.checkpoint_key(topic)
+    async with Archive(postgres_url) as archive:
+        with pytest.raises(lowering.RestoreInterrupted):
+            await restore.restore(archive, redis_client, topic, None, lambda _: None)
+        assert await redis_client.hget(ckpt, "0") is None, "the lost checkpoint was written with a gone"
+        monkeypatch.setattr(staging, "swap", real)
+        await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    marks = [await redis_client.hget(keys.applied_key(b), field) for b in ("a", "b")]
+    assert (marks, await redis_client.hget(ckpt, "0")) == ([b"9", b"9"], b"9")
+    assert not [k async for k in redis_client.scan_iter(match="*:restore:*")], "the run token was left behind"
+
+
+async def test_a_board_the_archiver_creates_during_the_restore_is_restored_before_the_checkpoint_is_written(
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archiver's window creating board c (and moving the checkpoint to 19) commits right after the restore
+    listed the boards: c's events are below the checkpoint the restore writes, so c must be restored too."""
+    topic = "scores"
+    field = await _archive_two_boards(postgres_url, topic, 9)
+    real = restore.board_names
+    listings = 0
+
+    async def board_names(archive: Archive, board: str | None) -> list[str]:
+        nonlocal listings
+        names = await real(archive, board)
+        listings += 1
+        if listings == 1:
+            await _sql(
+                postgres_url,
+                f"INSERT INTO hb_boards (board, spec, version) VALUES ('c', '{DEFAULT.spec}', 1)",
+                "INSERT INTO hb_scores VALUES ('c', 'p', 3, NULL, NULL)",
+                f"INSERT INTO hb_watermarks VALUES ('c', '{field}', 19)",
+                "UPDATE hb_checkpoints SET checkpoint = 19",
+            )
+        return names
+
+    monkeypatch.setattr(restore, "board_names", board_names)
+    async with Archive(postgres_url) as archive:
+        done = await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    assert sorted(d.board for d in done) == ["a", "b", "c"]
+    assert await redis_client.zscore(keys.board_key("c"), "p") == 3
+    assert await redis_client.hget(keys.checkpoint_key(topic), "0") == b"19"
+
+
+async def test_the_first_window_of_a_partition_archived_after_the_first_lowering_still_gets_its_checkpoint(
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archive had no checkpoint of partition 1 at the restore's first lowering; the archiver's first window
+    of it lands before the boards are read. Every board's snapshot has partition 1 at 5: that is the checkpoint to
+    write (counting the first lowering's nothing would write none, and the partition would stay halted for good)."""
+    topic = "scores"
+    await _archive_two_boards(postgres_url, topic, 9)
+    field1 = keys.watermark_field(topic, 1, 0)
+    real = restore.lower_checkpoints
+
+    async def lower_checkpoints(archive: Archive, redis: Any, topic_: str, lowest: lowering.Lowest) -> None:
+        await real(archive, redis, topic_, lowest)
+        await _sql(
+            postgres_url,
+            f"INSERT INTO hb_watermarks VALUES ('a', '{field1}', 5), ('b', '{field1}', 5)",
+            f"INSERT INTO hb_checkpoints (topic, partition, checkpoint) VALUES ('{topic}', 1, 5)",
+        )
+
+    monkeypatch.setattr(restore, "lower_checkpoints", lower_checkpoints)
+    async with Archive(postgres_url) as archive:
+        await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    assert await redis_client.hmget(keys.checkpoint_key(topic), ["0", "1"]) == [b"9", b"5"]

@@ -1,0 +1,101 @@
+"""The worker's own restore on a loss (:class:`archive.redis_loss.LossRestorer`) against its failures, and the
+checkpoints a whole restore may write where Redis lost them (:class:`archive.lowering.Lowest`): pure, no servers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from archive import redis_loss
+from archive.lowering import Lowest
+from ingest.partitions import Halt, HaltReason
+from ingest.settings import WorkerSettings
+
+HALTED = {0: Halt(HaltReason.REDIS_LOST, "Redis holds no checkpoint")}
+
+
+@contextlib.asynccontextmanager
+async def _no_archive(*_: Any) -> AsyncIterator[None]:
+    yield None
+
+
+async def _ticks(monkeypatch: pytest.MonkeyPatch, restore: Any, covered: set[int], ticks: int) -> tuple[int, int]:
+    """A restorer whose restore is ``restore`` and whose archive covers ``covered``, shown the same halt at
+    ``ticks`` ticks of the worker: (restores started, failures)."""
+    calls = 0
+
+    async def counted(*args: Any) -> list[Any]:
+        nonlocal calls
+        calls += 1
+        return list(await restore(*args))
+
+    async def archived(*_: Any) -> set[int]:
+        return covered
+
+    monkeypatch.setattr(redis_loss, "restore", counted)
+    monkeypatch.setattr(redis_loss, "Archive", _no_archive)
+    monkeypatch.setattr(redis_loss, "archived_partitions", archived)
+    settings = WorkerSettings(postgres="postgresql://127.0.0.1/none", on_redis_loss="restore", halt_recheck_s=30)
+    restorer = redis_loss.LossRestorer(settings, None)
+    try:
+        for _ in range(ticks):
+            restorer.note(HALTED)
+            for _ in range(5):
+                await asyncio.sleep(0)
+        assert restorer.restores == 0
+        return calls, restorer.failures
+    finally:
+        await restorer.close()
+
+
+@pytest.mark.parametrize("error", [RuntimeError("relation hb_scores does not exist"), OSError("refused")])
+async def test_a_failing_restore_is_retried_after_a_backoff_never_at_every_tick(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """A restore that fails, transiently (the archive away) or not (an archive without the schema), must wait
+    before the next try: the worker looks at its halts every tick, and a restore started at each look would
+    hammer the archive and Redis in a loop (the old code did so for every error but the transient ones)."""
+
+    async def failing(*_: Any) -> list[Any]:
+        raise error
+
+    assert await _ticks(monkeypatch, failing, {0}, 50) == (1, 1)
+
+
+def test_the_lowest_checkpoint_every_board_snapshot_named() -> None:
+    """The first lowering read the archive without partition 1 (no window of it archived yet); board a was then
+    read at 9 and 5, board b at 19 and 7: the checkpoints a whole restore writes where Redis holds none are 9 and
+    5 (a holds no more), not the first lowering's nothing (which would leave partition 1 halted for good)."""
+    lowest = Lowest()
+    lowest.first(["0", 4, 2])
+    assert lowest.triples() == ["0", 4, 2], "no board swapped in: the first lowering's"
+    lowest.add(["0", 9, 2, "1", 5, 0])
+    lowest.add(["0", 19, 2, "1", 7, 0])
+    assert lowest.triples() == ["0", 9, 2, "1", 5, 0]
+    assert lowest.missing() == set()
+
+
+def test_a_partition_one_board_snapshot_lacked_is_left_unwritten() -> None:
+    """Board a was read before the archive had partition 1, board b after: a may lack events of 1 that b's
+    checkpoint covers, so no checkpoint of 1 is written (it stays halted for a later restore)."""
+    lowest = Lowest()
+    lowest.add(["0", 9, 0])
+    lowest.add(["0", 19, 0, "1", 5, 0])
+    assert lowest.triples() == ["0", 9, 0]
+    assert lowest.missing() == {"1"}
+
+
+async def test_no_restore_runs_while_the_archive_holds_none_of_the_halted_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The archiver has applied no event of partition 0 yet: a restore would swap every board in again (every
+    worker resynchronises) and still write no checkpoint of 0, so none runs; it is looked at again later."""
+
+    async def nothing(*_: Any) -> list[Any]:
+        return []
+
+    assert await _ticks(monkeypatch, nothing, {1}, 1) == (0, 1)
