@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 from hotboard import keys
 from hotboard.boards import DEFAULT
@@ -30,8 +30,9 @@ class DefRead(IntEnum):
     DECLARED = 2
 
 
-@dataclass(frozen=True, slots=True)
-class GroupBoard:
+class GroupBoard(NamedTuple):
+    """One board's share of the window (a tuple: a window holds ~1,000 of them, built per flush)."""
+
     board: str
     #: player -> summed delta (FLUSH_GROUP takes ``incr`` windows only).
     deltas: Mapping[str, int]
@@ -85,19 +86,21 @@ class GroupResult:
 
 def command_parts(window: GroupWindow) -> tuple[list[str], list[Any]]:
     """The call's KEYS and ARGV (see :data:`hotboard.lua_groups.FLUSH_GROUP`)."""
-    specs: dict[str, int] = {}
+    kinds: dict[tuple[str, int], int] = {}
+    keys_: list[str] = [keys.group_key(window.group)]
+    boards: list[Any] = []
+    flush_keys = keys.flush_keys
     for b in window.boards:
-        specs.setdefault(b.spec, len(specs) + 1)
+        kind = kinds.setdefault((b.spec, b.expire_at_ms), len(kinds) + 1)
+        keys_ += flush_keys(b.board)
+        boards += (3 * kind + b.definition, 2 * len(b.deltas))
+        boards.extend(chain.from_iterable(b.deltas.items()))
     args: list[Any] = [window.layout, window.epoch, len(window.marks)]
     for name, (expected, new) in window.marks.items():
         args += (name, expected, new)
-    args.append(len(specs))
-    args += specs
-    keys_: list[str] = [keys.group_key(window.group)]
-    for b in window.boards:
-        keys_ += (keys.board_key(b.board), keys.applied_key(b.board), keys.meta_key(b.board), keys.def_key(b.board))
-        args += (int(b.definition), specs[b.spec], b.expire_at_ms, 2 * len(b.deltas))
-        args.extend(chain.from_iterable(b.deltas.items()))
+    args.append(len(kinds))
+    args.extend(chain.from_iterable(kinds))
+    args += boards
     return keys_, args
 
 

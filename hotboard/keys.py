@@ -58,6 +58,13 @@ def def_key(board: str) -> str:
     return f"{PREFIX}:{{{board}}}:def"
 
 
+def flush_keys(board: str) -> tuple[str, str, str, str]:
+    """The board's KEYS in the flush scripts, in their order: sorted set, applied hash, meta hash, definition hash
+    (one call where four cost a group flush ~0.1 s per 100,000 boards)."""
+    base = f"{PREFIX}:{{{board}}}"
+    return base, base + ":applied", base + ":meta", base + ":def"
+
+
 def player_meta_key(board: str) -> str:
     """Hash player -> display metadata (a JSON object of at most 512 bytes), last write wins."""
     return f"{PREFIX}:{{{board}}}:pmeta"

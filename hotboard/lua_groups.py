@@ -40,9 +40,10 @@ from hotboard.keys import (
 
 #: KEYS: the group hash, then four per board: its sorted set, applied hash, meta hash, definition hash.
 #: ARGV: the layout stamp, the epoch the worker read ('0': absent), n, n triples (watermark field, the group's
-#: expected watermark, its new one), s, s distinct specs, then per board: what the worker read of its definition
-#: (0 absent, 1 marked default or seeded period copy: not read again, 2 declared: its spec is compared), the index
-#: of its folded spec (1-based), when its keys expire (ms; 0: never), m, then m player/delta arguments.
+#: expected watermark, its new one), s, s distinct kinds of board (the folded spec, when the keys expire: ms, 0
+#: never), then per board: ``3 * kind + read`` (kind: its kind's index, 1-based; read: what the worker read of its
+#: definition, 0 absent, 1 marked default or seeded period copy: not read again, 2 declared: its spec is
+#: compared), m, then m player/delta arguments. Two numbers of header per board: a call carries ~1,000 boards.
 FLUSH_GROUP = f"""
 local max, mark = {MAX_EXACT}, '{GROUP_SPEC_MARK}'
 local group_key, stamp, epoch, n = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -67,23 +68,30 @@ end
 if (held[n + 2] or '0') ~= epoch then return {{-2, held[n + 2] or '0'}} end
 if held[n + 3] and held[n + 3] ~= stamp then return {{-3, held[n + 3]}} end
 
-local specs_at = triples + 3 * n  -- ARGV[specs_at]: s; the specs follow
+local kinds_at = triples + 3 * n  -- ARGV[kinds_at]: s; then s pairs (spec, expiry)
+local specs, expiries = {{}}, {{}}
+for e = 1, tonumber(ARGV[kinds_at]) do
+  specs[e], expiries[e] = ARGV[kinds_at + 2 * e - 1], tonumber(ARGV[kinds_at + 2 * e])
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Walk the boards once: where each one's arguments start, which are past their expiry, the keys to check.
-local starts, live, absent, present = {{}}, {{}}, {{}}, {{}}
-local a, nb = specs_at + 1 + tonumber(ARGV[specs_at]), 0
+-- Walk the boards once: where each one's players start, its definition read and kind, which are past their
+-- expiry, the keys to check.
+local starts, reads, kinds, live, absent, present = {{}}, {{}}, {{}}, {{}}, {{}}, {{}}
+local a, nb = kinds_at + 1 + 2 * tonumber(ARGV[kinds_at]), 0
 while a <= #ARGV do
   nb = nb + 1
-  starts[nb] = a
-  local expire_ms = tonumber(ARGV[a + 2])
-  live[nb] = expire_ms == 0 or expire_ms > now
+  local h = tonumber(ARGV[a])
+  local read = h % 3
+  local kind = (h - read) / 3
+  starts[nb], reads[nb], kinds[nb] = a + 1, read, kind
+  live[nb] = expiries[kind] == 0 or expiries[kind] > now
   if live[nb] then
     local k = 4 * nb - 2  -- KEYS[k]: the board's sorted set; k + 1 applied, k + 2 meta, k + 3 definition
     absent[#absent + 1] = KEYS[k + 1]
-    if ARGV[a] == '0' then absent[#absent + 1] = KEYS[k + 3] else present[#present + 1] = KEYS[k + 3] end
+    if read == 0 then absent[#absent + 1] = KEYS[k + 3] else present[#present + 1] = KEYS[k + 3] end
   end
-  a = a + 4 + tonumber(ARGV[a + 3])
+  a = a + 2 + tonumber(ARGV[a + 1])
 end
 local function exists(list)  -- in slices: unpack is bounded by Lua's C stack
   local found = 0
@@ -96,9 +104,8 @@ local found_absent, found_present = exists(absent), exists(present)
 if found_absent ~= 0 or found_present ~= #present then return {{-5, found_absent, found_present}} end
 local unmarked = {{}}
 for j = 1, nb do
-  local a = starts[j]
-  if live[j] and ARGV[a] == '2' then
-    local want = ARGV[specs_at + tonumber(ARGV[a + 1])]
+  if live[j] and reads[j] == 2 then
+    local want = specs[kinds[j]]
     local spec = redis.call('HGET', KEYS[4 * j + 1], 'spec')
     if spec == want then unmarked[j] = true elseif spec ~= want .. mark then return {{-4, j, spec or ''}} end
   end
@@ -108,19 +115,19 @@ local group_version = tonumber(held[n + 1] or '0')
 local top = group_version
 local out = {{0}}
 for j = 1, nb do
-  local a = starts[j]
   local k = 4 * j - 2
   local board_key, meta_key, def_key = KEYS[k], KEYS[k + 2], KEYS[k + 3]
   local version, saturated = 0, 0
   if live[j] then
-    local want = ARGV[specs_at + tonumber(ARGV[a + 1])]
-    if ARGV[a] == '0' then  -- its first group write: the definition copy, marked (a period's seed, or the default)
+    if reads[j] == 0 then  -- its first group write: the definition copy, marked (a period's seed, or the default)
+      local want = specs[kinds[j]]
       local order, operator, ties = string.match(want, '^(%a+)/(%a+)/(%a+)')
       redis.call('HSET', def_key, 'spec', want .. mark, 'order', order, 'operator', operator, 'ties', ties)
     elseif unmarked[j] then
-      redis.call('HSET', def_key, 'spec', want .. mark)
+      redis.call('HSET', def_key, 'spec', specs[kinds[j]] .. mark)
     end
-    for i = a + 4, a + 3 + tonumber(ARGV[a + 3]), 2 do
+    local a = starts[j]  -- ARGV[a]: m; the player/delta pairs follow
+    for i = a + 1, a + tonumber(ARGV[a]), 2 do
       local total = tonumber(redis.call('ZINCRBY', board_key, ARGV[i + 1], ARGV[i]))
       if total > max or total < -max then  -- held at +-max, as FLUSH holds it
         redis.call('ZADD', board_key, total > 0 and max or -max, ARGV[i])
@@ -131,7 +138,7 @@ for j = 1, nb do
     version = math.max(prev, group_version) + 1
     if version > top then top = version end
     redis.call('HSET', meta_key, '{META_VERSION}', version, '{META_PREV}', prev, '{META_AS_OF}', now)
-    local expire_ms = tonumber(ARGV[a + 2])
+    local expire_ms = expiries[kinds[j]]
     if expire_ms > 0 then
       for _, key in ipairs({{board_key, meta_key, def_key}}) do
         if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, expire_ms) end
