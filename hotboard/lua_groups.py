@@ -77,19 +77,30 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Walk the boards once: where each one's players start, its definition read and kind, which are past their
 -- expiry, the keys to check.
-local starts, reads, kinds, live, absent, present = {{}}, {{}}, {{}}, {{}}, {{}}, {{}}
-local a, nb = kinds_at + 1 + 2 * tonumber(ARGV[kinds_at]), 0
-while a <= #ARGV do
+local starts, reads, kinds, dead, absent, present = {{}}, {{}}, {{}}, {{}}, {{}}, {{}}
+local na, np, declared = 0, 0, false
+local a, nb, last = kinds_at + 1 + 2 * tonumber(ARGV[kinds_at]), 0, #ARGV
+while a <= last do
   nb = nb + 1
   local h = tonumber(ARGV[a])
   local read = h % 3
   local kind = (h - read) / 3
   starts[nb], reads[nb], kinds[nb] = a + 1, read, kind
-  live[nb] = expiries[kind] == 0 or expiries[kind] > now
-  if live[nb] then
+  local expire_ms = expiries[kind]
+  if expire_ms ~= 0 and expire_ms <= now then
+    dead[nb] = true
+  else
     local k = 4 * nb - 2  -- KEYS[k]: the board's sorted set; k + 1 applied, k + 2 meta, k + 3 definition
-    absent[#absent + 1] = KEYS[k + 1]
-    if read == 0 then absent[#absent + 1] = KEYS[k + 3] else present[#present + 1] = KEYS[k + 3] end
+    na = na + 1
+    absent[na] = KEYS[k + 1]
+    if read == 0 then
+      na = na + 1
+      absent[na] = KEYS[k + 3]
+    else
+      np = np + 1
+      present[np] = KEYS[k + 3]
+      if read == 2 then declared = true end
+    end
   end
   a = a + 2 + tonumber(ARGV[a + 1])
 end
@@ -101,10 +112,10 @@ local function exists(list)  -- in slices: unpack is bounded by Lua's C stack
   return found
 end
 local found_absent, found_present = exists(absent), exists(present)
-if found_absent ~= 0 or found_present ~= #present then return {{-5, found_absent, found_present}} end
+if found_absent ~= 0 or found_present ~= np then return {{-5, found_absent, found_present}} end
 local unmarked = {{}}
-for j = 1, nb do
-  if live[j] and reads[j] == 2 then
+for j = 1, declared and nb or 0 do
+  if not dead[j] and reads[j] == 2 then
     local want = specs[kinds[j]]
     local spec = redis.call('HGET', KEYS[4 * j + 1], 'spec')
     if spec == want then unmarked[j] = true elseif spec ~= want .. mark then return {{-4, j, spec or ''}} end
@@ -118,7 +129,7 @@ for j = 1, nb do
   local k = 4 * j - 2
   local board_key, meta_key, def_key = KEYS[k], KEYS[k + 2], KEYS[k + 3]
   local version, saturated = 0, 0
-  if live[j] then
+  if not dead[j] then
     if reads[j] == 0 then  -- its first group write: the definition copy, marked (a period's seed, or the default)
       local want = specs[kinds[j]]
       local order, operator, ties = string.match(want, '^(%a+)/(%a+)/(%a+)')
