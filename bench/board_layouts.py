@@ -18,6 +18,9 @@ docs/benchmarks.md, "Many small boards").
   ``as_of`` in its meta hash: the readers, their caches and feeds would not change. One HMGET, one HINCRBY and one
   HSET per slot, and per board the ZINCRBYs and one HSET.
 - **(d) (c) with groups of about 1,000 boards**, one node only (the group is a hash of the name, not the slot).
+  (c) and (d) are lower bounds: their scripts leave out the expiry, the spec check, the epoch and the version rule.
+- **(e) the product's FLUSH_GROUP** (:mod:`hotboard.lua_groups`) on (d)'s groups, packed by its own caller: the
+  figure (d) is the floor of.
 
 All do the shipped FLUSH's saturation check (totals held at +-MAX_EXACT) and answer what the sink would need.
 """
@@ -34,6 +37,8 @@ from redis.asyncio import Redis
 
 from flusher import wire
 from flusher.batch import BoardBatch, BoardResult, Outcome
+from hotboard import group_flush, keys
+from hotboard.group_flush import DefRead, GroupBoard, GroupOutcome, GroupWindow
 from hotboard.keys import MAX_EXACT
 from hotboard.script import Script
 
@@ -488,3 +493,66 @@ class PerGroupPrev(PerGroup):
 
     name = "(d) + each board's previous version"
     script = Script(PER_SLOT_PREV)
+
+
+class ProductGroup:
+    """(e): the product's own FLUSH_GROUP (:mod:`hotboard.lua_groups`, through :mod:`hotboard.group_flush`) on
+    (d)'s groups: what (d) leaves out is in it (the epoch and layout stamp, the two EXISTS over the boards'
+    applied and definition hashes, the spec marker at a board's first write, max(meta version, group version) + 1
+    read per board with ``prev``, the expiry check). Its boards are undeclared: the first window marks each one's
+    definition, the update window sends them as marked (no spec read)."""
+
+    name = "(e) FLUSH_GROUP, the product's script"
+    prefix = "hb"
+
+    def __init__(self) -> None:
+        self.marks: dict[tuple[int, int], int] = {}  # (group, partition) -> the group's watermark
+        self.marked: set[str] = set()  # boards whose definition the script has marked
+        self.fields = {p: keys.watermark_field("bench", p) for p in range(1024)}
+
+    async def flush(self, redis: Redis, batches: list[BoardBatch]) -> tuple[float, list[BoardResult]]:
+        marks, marked, fields = self.marks, self.marked, self.fields
+        started = time.perf_counter()
+        groups: dict[int, list[BoardBatch]] = {}
+        for batch in batches:
+            groups.setdefault(keys.group_of(batch.board, GROUPS), []).append(batch)
+        windows: list[GroupWindow] = []
+        news: dict[int, dict[int, int]] = {}
+        stamp = keys.layout_stamp(GROUPS)
+        absent, known = DefRead.ABSENT, DefRead.MARKED
+
+        def commands() -> Iterator[bytes]:
+            for g, group in groups.items():
+                new: dict[int, int] = {}
+                for batch in group:
+                    for p, off in batch.offsets.items():
+                        if off > new.get(p, -1):
+                            new[p] = off
+                news[g] = new
+                boards = [
+                    GroupBoard(b.board, b.deltas, definition=known if b.board in marked else absent) for b in group
+                ]
+                window = GroupWindow(
+                    str(g), {fields[p]: (marks.get((g, p), -1), off) for p, off in new.items()}, boards, layout=stamp
+                )
+                windows.append(window)
+                yield group_flush.SCRIPT.packed(*group_flush.command_parts(window))
+
+        replies = await wire.stream(redis, commands())
+        results: list[BoardResult] = []
+        for group, window, reply in zip(groups.values(), windows, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            got = group_flush.parse(window, reply)
+            assert got.outcome is GroupOutcome.APPLIED, got
+            for batch, version, saturated in zip(group, got.versions, got.saturated, strict=True):
+                results.append(BoardResult(batch.board, Outcome.APPLIED, batch.players, version, saturated))
+        seconds = time.perf_counter() - started
+        for g, new in news.items():
+            for p, off in new.items():
+                marks[g, p] = off
+        marked.update(b.board for b in batches)
+        return seconds, results
+
+
+SCRIPTS = (*SCRIPTS, group_flush.SCRIPT.text)

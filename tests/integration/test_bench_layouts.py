@@ -36,6 +36,7 @@ LAYOUTS: list[Callable[[], board_layouts.Layout]] = [
     board_layouts.PerSlotNoMeta,
     board_layouts.PerGroup,
     board_layouts.PerGroupPrev,
+    board_layouts.ProductGroup,
 ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 from archive import lowering, staging
@@ -66,3 +68,18 @@ def test_board_rule(board: str, ok: bool) -> None:
 )
 def test_player_rule(player: str, ok: bool) -> None:
     assert keys.is_valid_player(player) is ok
+
+
+@pytest.mark.parametrize("board", ["g", "guild-42", "s@2026-W49", "a:b.c"])
+def test_flush_keys_are_the_boards_own_key_names(board: str) -> None:
+    assert keys.flush_keys(board) == (
+        keys.board_key(board),
+        keys.applied_key(board),
+        keys.meta_key(board),
+        keys.def_key(board),
+    )
+
+
+def test_a_boards_group_is_fixed_by_its_name() -> None:
+    assert keys.group_of("guild-42") == keys.group_of("guild-42") == zlib.crc32(b"guild-42") % keys.GROUPS_ONE_NODE
+    assert len({keys.group_of(f"g{b}") for b in range(10_000)}) == keys.GROUPS_ONE_NODE

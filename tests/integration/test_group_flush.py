@@ -1,0 +1,212 @@
+"""The group flush script (hotboard.lua_groups.FLUSH_GROUP) against a real redis-server: applied once, a replay
+recognised, fenced on a wrong watermark, refused on a moved epoch, another layout or an older tool's write, two
+partitions' owners side by side, versions by the Lamport rule, period boards expired and seeded."""
+
+from __future__ import annotations
+
+import time
+from typing import cast
+
+import pytest
+from redis.asyncio import Redis
+
+from hotboard import keys, lua, lua_removal
+from hotboard.boards import DEFAULT
+from hotboard.group_flush import DefRead, GroupBoard, GroupOutcome, GroupResult, GroupWindow, flush_group
+from hotboard.script import Script
+
+pytestmark = pytest.mark.integration
+
+MARKED = DEFAULT.spec + keys.GROUP_SPEC_MARK
+P0, P1 = keys.watermark_field("scores", 0), keys.watermark_field("scores", 1)
+
+
+async def _board(redis: Redis, board: str) -> dict[str, int]:
+    rows = cast("list[tuple[bytes, float]]", await redis.zrange(keys.board_key(board), 0, -1, withscores=True))
+    return {m.decode(): int(s) for m, s in rows}
+
+
+async def _meta(redis: Redis, board: str) -> dict[str, int]:
+    held = cast("dict[bytes, bytes]", await redis.hgetall(keys.meta_key(board)))
+    return {k.decode(): int(v) for k, v in held.items()}
+
+
+async def _group(redis: Redis, tag: str = "7") -> dict[str, str]:
+    held = cast("dict[bytes, bytes]", await redis.hgetall(keys.group_key(tag)))
+    return {k.decode(): v.decode() for k, v in held.items()}
+
+
+def _window(marks: dict[str, tuple[int, int]], *boards: GroupBoard, epoch: str = "0") -> GroupWindow:
+    return GroupWindow("7", marks, boards, epoch=epoch)
+
+
+async def _applied(redis: Redis, window: GroupWindow) -> GroupResult:
+    result = await flush_group(redis, window)
+    assert result.outcome is GroupOutcome.APPLIED, result
+    return result
+
+
+async def test_a_window_applies_once_and_its_replay_is_recognised(redis_client: Redis) -> None:
+    window = _window(
+        {P0: (-1, 9), P1: (-1, 4)},
+        GroupBoard("a", {"x": 5, "y": -2}),
+        GroupBoard("b", {"x": keys.MAX_EXACT, "z": 1, "w": -keys.MAX_EXACT}),
+    )
+    first = await _applied(redis_client, window)
+    assert first.versions == (1, 1) and first.saturated == (0, 0)
+    assert await _board(redis_client, "a") == {"x": 5, "y": -2}
+    meta = await _meta(redis_client, "a")
+    assert meta["version"] == 1 and meta["prev"] == 0 and meta["as_of"] > 1_700_000_000_000
+    assert await _group(redis_client) == {P0: "9", P1: "4", "version": "1", "layout": keys.layout_stamp()}
+    assert not await redis_client.exists(keys.applied_key("a"), keys.applied_key("b"))
+    assert await redis_client.hget(keys.def_key("a"), "spec") == MARKED.encode()
+
+    again = await flush_group(redis_client, window)  # the reply was lost: the same window once more
+    assert again.outcome is GroupOutcome.ALREADY_APPLIED
+    assert await _board(redis_client, "a") == {"x": 5, "y": -2}
+    assert (await _meta(redis_client, "a"))["version"] == 1
+
+    nxt = _window(
+        {P0: (9, 12)},
+        GroupBoard("a", {"x": 1}, definition=DefRead.MARKED),
+        GroupBoard("b", {"x": 1, "w": -1}, definition=DefRead.MARKED),
+    )
+    second = await _applied(redis_client, nxt)
+    assert second.versions == (2, 2) and second.saturated == (0, 2)
+    assert await _board(redis_client, "b") == {"x": keys.MAX_EXACT, "z": 1, "w": -keys.MAX_EXACT}
+    assert (await _group(redis_client))[P0] == "12"
+
+
+async def test_a_wrong_expected_watermark_is_fenced_and_writes_nothing(redis_client: Redis) -> None:
+    await _applied(redis_client, _window({P0: (-1, 9)}, GroupBoard("a", {"x": 5})))
+    before = await _group(redis_client)
+    stale = _window({P0: (5, 12)}, GroupBoard("a", {"x": 100}, definition=DefRead.MARKED))
+    fenced = await flush_group(redis_client, stale)
+    assert fenced.outcome is GroupOutcome.FENCED and fenced.current == {P0: 9}
+    assert await _board(redis_client, "a") == {"x": 5}
+    assert await _group(redis_client) == before
+    assert (await _meta(redis_client, "a"))["version"] == 1
+
+
+async def test_a_stepped_epoch_refuses_the_window_until_it_is_read_again(redis_client: Redis) -> None:
+    await redis_client.hset(keys.group_key("7"), keys.GROUP_EPOCH, "1733200000000000")
+    window = _window({P0: (-1, 3)}, GroupBoard("a", {"x": 5}))
+    refused = await flush_group(redis_client, window)
+    assert refused.outcome is GroupOutcome.EPOCH_MOVED and refused.held == "1733200000000000"
+    assert not await redis_client.exists(keys.board_key("a"), keys.meta_key("a"), keys.def_key("a"))
+    assert (await _group(redis_client)).keys() == {keys.GROUP_EPOCH}
+    read_again = _window({P0: (-1, 3)}, GroupBoard("a", {"x": 5}), epoch="1733200000000000")
+    await _applied(redis_client, read_again)
+    assert await _board(redis_client, "a") == {"x": 5}
+
+
+async def test_another_layout_stamp_is_refused(redis_client: Redis) -> None:
+    await _applied(redis_client, _window({P0: (-1, 3)}, GroupBoard("a", {"x": 5})))
+    other = GroupWindow("7", {P0: (3, 4)}, [GroupBoard("a", {"x": 1}, definition=DefRead.MARKED)], layout="node:64")
+    refused = await flush_group(redis_client, other)
+    assert refused.outcome is GroupOutcome.OTHER_LAYOUT and refused.held == keys.layout_stamp()
+    assert await _board(redis_client, "a") == {"x": 5}
+
+
+async def test_two_partitions_owners_do_not_fence_each_other(redis_client: Redis) -> None:
+    """Owner A holds partition 0, owner B partition 1; both feed board "shared" of one group, each knowing only
+    its own partition's group watermark. Neither may fence the other, whatever the interleaving."""
+    a_mark, b_mark = -1, -1
+    for step in range(4):
+        a_new, b_new = 10 * (step + 1), 10 * (step + 1) + 5
+        a_board = GroupBoard("shared", {"a": 1}, definition=DefRead.ABSENT if step == 0 else DefRead.MARKED)
+        await _applied(redis_client, _window({P0: (a_mark, a_new)}, a_board, GroupBoard(f"only-a-{step}", {"a": 1})))
+        b_board = GroupBoard("shared", {"b": 2}, definition=DefRead.MARKED)
+        await _applied(redis_client, _window({P1: (b_mark, b_new)}, b_board))
+        a_mark, b_mark = a_new, b_new
+    assert await _board(redis_client, "shared") == {"a": 4, "b": 8}
+    group = await _group(redis_client)
+    assert (group[P0], group[P1]) == ("40", "45")
+
+
+async def test_versions_rise_across_a_group_write_a_per_board_bump_and_another(redis_client: Redis) -> None:
+    """A group write, then ERASE (a per-board write that bumps the version by one and leaves ``prev``), then a
+    group write: strictly increasing, ``prev`` the version each write moved from; and the group's version is
+    raised past any board's, so a board behind it jumps past every version the group gave."""
+    await _applied(redis_client, _window({P0: (-1, 1)}, GroupBoard("a", {"x": 5, "y": 1}), GroupBoard("b", {"x": 1})))
+    meta_a = await _meta(redis_client, "a")
+    assert (meta_a["version"], meta_a["prev"]) == (1, 0)
+
+    erase = Script(lua_removal.ERASE)
+    a_keys = [keys.board_key("a"), keys.meta_key("a"), keys.def_key("a"), keys.player_meta_key("a")]
+    a_keys += [keys.members_key("a"), keys.dense_key("a"), keys.counts_key("a")]
+    assert int((await erase(redis_client, a_keys, ["y"]))[0]) == 1
+    assert (await _meta(redis_client, "a"))["version"] == 2
+
+    marked = DefRead.MARKED
+    window = _window(
+        {P0: (1, 2)}, GroupBoard("a", {"x": 1}, definition=marked), GroupBoard("b", {"x": 1}, definition=marked)
+    )
+    second = await _applied(redis_client, window)
+    meta_a = await _meta(redis_client, "a")
+    assert second.versions[0] == meta_a["version"] == 3 and meta_a["prev"] == 2
+    assert second.versions[1] == 2 and (await _meta(redis_client, "b"))["prev"] == 1  # max(1, group 1) + 1
+    assert (await _group(redis_client))["version"] == "3"
+
+    third = await _applied(redis_client, _window({P0: (2, 3)}, GroupBoard("b", {"x": 1}, definition=marked)))
+    assert third.versions == (4,) and (await _meta(redis_client, "b"))["prev"] == 2  # max(2, group 3) + 1
+
+
+async def test_the_shipped_flush_refuses_a_marked_board(redis_client: Redis) -> None:
+    """An older worker sees no applied hash (the -1 it expects) on a group board: the spec marker refuses it."""
+    await _applied(redis_client, _window({P0: (-1, 9)}, GroupBoard("a", {"x": 5})))
+    flush = Script(lua.FLUSH)
+    a_keys = [keys.board_key("a"), keys.applied_key("a"), keys.meta_key("a"), keys.def_key("a")]
+    reply = await flush(redis_client, a_keys, [1, P0, -1, 9, DEFAULT.spec, 0, 0, 2, "x", 5])
+    assert [int(reply[0][0]), reply[0][1]] == [-2, MARKED.encode()]
+    assert await _board(redis_client, "a") == {"x": 5}
+
+
+async def test_an_older_tools_delete_or_create_is_seen(redis_client: Redis) -> None:
+    await _applied(redis_client, _window({P0: (-1, 1)}, GroupBoard("a", {"x": 5})))
+    delete = Script(lua_removal.DELETE)
+    a_keys = [keys.board_key("a"), keys.applied_key("a"), keys.meta_key("a"), keys.def_key("a")]
+    a_keys += [keys.player_meta_key("a"), keys.members_key("a"), keys.dense_key("a"), keys.counts_key("a")]
+    await delete(redis_client, a_keys, ["a", P0, 1])  # an older `boards delete`: no epoch step
+    seen = await flush_group(redis_client, _window({P0: (1, 2)}, GroupBoard("a", {"x": 1}, definition=DefRead.MARKED)))
+    assert seen.outcome is GroupOutcome.FOREIGN_WRITE and seen.held == "1 0"
+
+    await redis_client.hset(keys.def_key("c"), mapping={"spec": "asc/incr/shared"})  # an older `boards create`
+    seen = await flush_group(redis_client, _window({P0: (1, 2)}, GroupBoard("c", {"x": 1})))
+    assert seen.outcome is GroupOutcome.FOREIGN_WRITE and seen.held == "1 0"
+    assert not await redis_client.exists(keys.board_key("c"))
+    assert (await _group(redis_client))[P0] == "1"
+
+
+async def test_a_declared_boards_spec_is_checked_then_marked(redis_client: Redis) -> None:
+    await redis_client.hset(keys.def_key("d"), mapping={"spec": "asc/incr/shared", "order": "asc"})
+    folded_as_default = _window({P0: (-1, 1)}, GroupBoard("d", {"x": 1}, definition=DefRead.DECLARED))
+    refused = await flush_group(redis_client, folded_as_default)
+    assert refused.outcome is GroupOutcome.REDEFINED and (refused.board, refused.held) == ("d", "asc/incr/shared")
+    assert not await redis_client.exists(keys.board_key("d"))
+
+    declared = _window({P0: (-1, 1)}, GroupBoard("d", {"x": 1}, spec="asc/incr/shared", definition=DefRead.DECLARED))
+    await _applied(redis_client, declared)
+    assert await redis_client.hget(keys.def_key("d"), "spec") == b"asc/incr/shared" + keys.GROUP_SPEC_MARK.encode()
+    assert await redis_client.hget(keys.def_key("d"), "order") == b"asc"
+
+
+async def test_a_period_board_is_seeded_expires_and_is_skipped_past_its_expiry(redis_client: Redis) -> None:
+    spec = "desc/incr/shared|weekly|4|60000"
+    expire_ms = int(time.time() * 1000) + 3_600_000
+    gone_ms = int(time.time() * 1000) - 1_000
+    window = _window(
+        {P0: (-1, 5)},
+        GroupBoard("s@2026-W49", {"x": 2}, spec=spec, expire_at_ms=expire_ms),
+        GroupBoard("s@2026-W40", {"x": 2}, spec=spec, expire_at_ms=gone_ms),
+        GroupBoard("plain", {"x": 1}),
+    )
+    result = await _applied(redis_client, window)
+    assert result.versions == (1, 0, 1)
+    live = [keys.board_key("s@2026-W49"), keys.meta_key("s@2026-W49"), keys.def_key("s@2026-W49")]
+    for key in live:
+        assert abs(await redis_client.pexpiretime(key) - expire_ms) <= 1, key
+    assert await redis_client.hget(keys.def_key("s@2026-W49"), "spec") == (spec + keys.GROUP_SPEC_MARK).encode()
+    assert await redis_client.hget(keys.def_key("s@2026-W49"), "ties") == b"shared"
+    assert await redis_client.pttl(keys.board_key("plain")) == -1
+    assert not await redis_client.exists(keys.board_key("s@2026-W40"), keys.meta_key("s@2026-W40"))
