@@ -5,6 +5,7 @@ alone, and one whose read failed left waiting for the next round while the other
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from itertools import pairwise
 from typing import Any
@@ -26,6 +27,7 @@ from ingest.metrics import WorkerMetrics
 from ingest.pausing import PauseReason
 from ingest.rewind import batched
 from ingest.settings import WorkerSettings
+from ingest.worker import Worker
 from tests.fakes import FakeConsumer
 from tests.unit.test_rewind import _ClusterSink
 from tests.unit.test_rewind_read import _command
@@ -232,3 +234,20 @@ async def test_partitions_positioned_together_are_decided_as_each_alone() -> Non
     assert together == alone
     assert [together[p][0] for p in range(6)] == [100, 131, 131, 131, 100, 101]  # 4 halted: its first seek
     assert together[4][1] is not None and together[0][4] == 1.0
+
+
+async def test_the_worker_backs_off_for_a_partition_whose_read_failed(caplog: pytest.LogCaptureFixture) -> None:
+    sink = _CountedCluster()
+    settings = WorkerSettings(topic="scores", redis="redis://127.0.0.1:1/0")
+    worker = Worker(settings, handle_signals=False, sink=sink)
+    assignment, _ = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
+    worker._assignment = assignment
+    sink.held[(2, "c")] = ResponseError("CLUSTERDOWN the slot of c is not served")
+    worker._stopping.set()  # the backoff's wait returns at once
+    with caplog.at_level(logging.WARNING, "hotboard.worker"):
+        await worker._position()
+    assert "cannot position partitions [2] yet" in caplog.text and worker._backoff.failures == 1
+    assert worker._identity.known == "one", "the others were positioned from this server"
+    del sink.held[(2, "c")]
+    await worker._position()
+    assert assignment.ready and worker._backoff.failures == 1
