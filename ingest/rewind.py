@@ -147,9 +147,12 @@ async def rewinds_for(sink: Sink, wanted: Sequence[Positioning], metrics: Worker
     fails its own partition (an error reply) or its own batch (the read raised), never the others."""
     if not isinstance(sink, RewindSource):
         return [(w.resume, ({}, 0, 0, True)) for w in wanted]
-    # without a ledger there is nothing to check: resumed as decided (replaced below for those with one)
+    # without a ledger there is nothing to check; with one, nothing resumes until its own read has answered
     out: list[Resumed | Exception] = [
-        _resumed(w, {}, None, *sink.restore_state(w.state.partition), metrics) for w in wanted
+        LookupError(f"partition {w.state.partition}: its rewind read was not made")
+        if len(w.state.ledger)
+        else _resumed(w, {}, None, *sink.restore_state(w.state.partition), metrics)
+        for w in wanted
     ]
     asked = [i for i, w in enumerate(wanted) if len(w.state.ledger)]
     for run in batched([len(wanted[i].state.ledger) for i in asked], sink.rewind_chunk()):
