@@ -165,8 +165,14 @@ class RewindSource(Protocol):
         """The partition's restore generation and epoch as read at its last positioning."""
         ...
 
-    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView]:
-        """partition -> its view, for ``wanted`` (partition -> boards) in one read: every partition's boards'
-        watermarks, then every partition's checkpoint fields (a restore landing between the two shows in the
-        second)."""
+    def rewind_chunk(self) -> int:
+        """About the most watermarks one :meth:`load_rewinds` should be asked for (the caller batches partitions
+        to it; a partition holding more is asked alone)."""
+        ...
+
+    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView | Exception]:
+        """partition -> its view, for every partition of ``wanted`` (partition -> boards), in one read: every
+        partition's boards' watermarks, then every partition's checkpoint fields (a restore landing between the
+        two shows in the second). A partition whose read failed maps to the error, never to a view: the others
+        are answered all the same. Raises when the read as a whole failed."""
         ...

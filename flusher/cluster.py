@@ -29,7 +29,7 @@ from redis.asyncio.cluster import ClusterNode
 from redis.crc import key_slot
 from redis.exceptions import AskError, ConnectionError, MovedError, RedisError, TryAgainError
 
-from flusher import wire
+from flusher import rewind_read, wire
 from flusher.batch import BoardBatch, BoardResult, ExpectedWatermark, RewindView
 from flusher.redis_sink import _APPLY, _FLUSH, SCRIPT_PLAYERS, RedisSink
 from flusher.server import parse_run_id
@@ -62,11 +62,6 @@ def _ack_tags() -> list[str]:
             missing -= 1
         i += 1
     return [t for t in tags if t is not None]
-
-
-#: Watermarks per round of a rewind's read (``load_rewinds``, every partition positioned together): a worker's
-#: ledger holds its boards in use.
-REWIND_CHUNK = 10_000
 
 
 class ClusterSink(RedisSink):
@@ -115,31 +110,17 @@ class ClusterSink(RedisSink):
         marks = {b: -1 if v is None else int(v) for b, v in zip(ordered, rows, strict=True)}
         return marks, -1 if checkpoint is None else int(checkpoint)
 
-    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView]:
+    def rewind_chunk(self) -> int:
+        return rewind_read.REWIND_CHUNK
+
+    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView | Exception]:
         """Every partition's boards' watermarks (one round per master per chunk of REWIND_CHUNK, all partitions
-        together), then each one's checkpoint, restore generation, restoring mark and epoch in one HMGET: a restore
-        landing between the two reads shows in the second."""
-        pairs = [(p, b) for p, boards in wanted.items() for b in boards]
-        marks: dict[int, dict[str, int]] = {p: {} for p in wanted}
-        for i in range(0, len(pairs), REWIND_CHUNK):
-            chunk = pairs[i : i + REWIND_CHUNK]
-            route = [keys.applied_key(b) for _, b in chunk]
-            commands = [_pack("HGET", k, self.field(p)) for k, (p, _) in zip(route, chunk, strict=True)]
-            rows = await self.routed(commands, route, (), wait=False)
-            for (p, board), v in zip(chunk, rows, strict=True):
-                if isinstance(v, Exception):
-                    raise v
-                marks[p][board] = -1 if v is None else int(v)
-        # ``<p>:restoring_by``: the restoring mark naming its run (archive.lowering), beside the bare deadline
-        of = (str, keys.gen_field, keys.restoring_field, keys.restoring_by_field, keys.epoch_field)
-        held = await self._cluster.hmget(self._key, [f(p) for p in wanted for f in of]) if wanted else []
-        views: dict[int, RewindView] = {}
-        for i, p in enumerate(wanted):
-            checkpoint, gen, restoring, restoring_by, epoch = held[5 * i : 5 * i + 5]
-            restored = restoring is not None or restoring_by is not None
-            ints = (-1 if checkpoint is None else int(checkpoint), 0 if gen is None else int(gen))
-            views[p] = RewindView(marks[p], *ints, restored, 0 if epoch is None else int(epoch))
-        return views
+        together), then, for those read, each one's checkpoint, restore generation, restoring mark and epoch in
+        one HMGET: a restore landing between the two reads shows in the second (:mod:`flusher.rewind_read`)."""
+        marks = await rewind_read.read_marks(self.routed, self.field, wanted)
+        read = [p for p, got in marks.items() if not isinstance(got, Exception)]
+        held = await self._cluster.hmget(self._key, rewind_read.checkpoint_fields(read)) if read else []
+        return rewind_read.views(marks, read, held)
 
     async def flush(self, batches: Sequence[BoardBatch], expected: ExpectedWatermark) -> list[BoardResult]:
         """Ordered by slot (FLUSH groups break where it changes), answered in the order given."""

@@ -177,9 +177,10 @@ class Assignment:
         now = self._clock()
         return [p for p, st in self._parts.items() if st.due(now)]
 
-    async def position(self, waiting: list[int]) -> str:
-        """Position ``waiting`` from their checkpoints (or halt them); returns Redis's run_id as read first.
-        Raises what Redis or Kafka raise (the caller retries with backoff)."""
+    async def position(self, waiting: list[int]) -> tuple[str, dict[int, Exception]]:
+        """Position ``waiting`` from their checkpoints (or halt them); returns Redis's run_id as read first, and
+        the partitions whose rewind read failed (partition -> why): those are not positioned and still wait, the
+        others are. Raises what Redis or Kafka raise (the caller retries with backoff, as it does the failed)."""
         tps = self.tps(waiting)
         run_id = await self._sink.server_id()
         await self.record_halts()
@@ -220,14 +221,18 @@ class Assignment:
                 self.halt(self._parts[p], decision)
             else:
                 wanted.append(Positioning(self._parts[p], checkpoint, decision.offset, starts[tp]))
-        # a board that lacks windows this worker applied below the checkpoint moves the resume point back: one
-        # read for every partition positioned here (a resync positions them all), each decided alone
-        resumed = await rewinds_for(self._sink, wanted, self._metrics)
-        for want, one in zip(wanted, resumed, strict=True):
-            self._resume(want, one)
+        # a board that lacks windows this worker applied below the checkpoint moves the resume point back: read
+        # together for every partition positioned here (a resync positions them all), each decided alone; one
+        # whose read failed stays waiting (resumed unchecked, it could skip what a board lacks)
+        unread: dict[int, Exception] = {}
+        for want, one in zip(wanted, await rewinds_for(self._sink, wanted, self._metrics), strict=True):
+            if isinstance(one, Exception):
+                unread[want.state.partition] = one
+            else:
+                self._resume(want, one)
         await self.record_halts()
         self.update_halts()
-        return run_id
+        return run_id, unread
 
     async def record_halts(self) -> None:
         """Halts survive restarts: recorded next to the checkpoint, with the checkpoint Redis holds then. From

@@ -1,6 +1,6 @@
 """Rewinding a partition to what a board lacks: the worker's ledger of the windows it applied, and the pure
 decision of where a resynchronised partition resumes when a board holds less than that (:func:`decide`, pure;
-:func:`rewinds_for` reads what it needs, once for every partition positioned together).
+:func:`rewinds_for` reads what it needs for every partition positioned together, in bounded batches).
 
 On a Redis Cluster a board's window is applied on its master and the topic's checkpoint, on another master,
 moves once ``WAIT`` counts ``--min-replica-acks`` replicas. A replica promoted without those windows (another
@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from flusher.batch import NO_WATERMARK, RewindSource, RewindView, Sink
+from ingest.errors import TRANSIENT
 from ingest.ledger import Applied
 from ingest.metrics import WorkerMetrics
 from ingest.partitions import Halt, HaltReason, PartitionState
@@ -120,27 +121,61 @@ class Positioning:
 Resumed = tuple[int | Halt, tuple[Mapping[str, Applied], int, int, bool]]
 
 
-async def rewinds_for(sink: Sink, wanted: Sequence[Positioning], metrics: WorkerMetrics) -> list[Resumed]:
+def batched(sizes: Sequence[int], limit: int) -> list[range]:
+    """The partitions (by index; ``sizes``: the watermarks each needs read) in consecutive runs, each of at most
+    ``limit`` watermarks unless one partition alone holds more (its boards are never split between runs); a run
+    ends only where the next partition would not fit."""
+    runs: list[range] = []
+    start, total = 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and total + size > limit:
+            runs.append(range(start, i))
+            start, total = i, 0
+        total += size
+    if sizes:
+        runs.append(range(start, len(sizes)))
+    return runs
+
+
+async def rewinds_for(sink: Sink, wanted: Sequence[Positioning], metrics: WorkerMetrics) -> list[Resumed | Exception]:
     """Where each of ``wanted`` resumes instead of its ``resume``, or why it halts, when a board holds less than
-    this worker applied to it. One read for all of them (:meth:`RewindSource.load_rewinds`): positioning N
-    partitions after a resync costs the rounds of one, not N; each is still decided alone (:func:`decide`)."""
+    this worker applied to it; or the error its read failed with (not positioned this round: the caller positions
+    it again with its backoff; resuming it without the check could skip what a board lacks). Read together
+    (:meth:`RewindSource.load_rewinds`) in batches of about the sink's ``rewind_chunk()`` watermarks
+    (:func:`batched`): positioning N partitions after a resync costs the rounds of one, not N, and no more than one
+    batch's ledgers and views are held at once; each is still decided alone (:func:`decide`), and a failed read
+    fails its own partition (an error reply) or its own batch (the read raised), never the others."""
     if not isinstance(sink, RewindSource):
         return [(w.resume, ({}, 0, 0, True)) for w in wanted]
-    # the generation and epoch of this positioning, read before the views (a restore landing after shows there)
-    positioned = [sink.restore_state(w.state.partition) for w in wanted]
-    entries = [w.state.ledger.entries() for w in wanted]
-    asked = {w.state.partition: e for w, e in zip(wanted, entries, strict=True) if e}
-    views = await sink.load_rewinds(asked) if asked else {}
-    return [
-        _resumed(w, e, views.get(w.state.partition), gen, epoch, metrics)
-        for w, e, (gen, epoch) in zip(wanted, entries, positioned, strict=True)
+    # without a ledger there is nothing to check; with one, nothing resumes until its own read has answered
+    out: list[Resumed | Exception] = [
+        LookupError(f"partition {w.state.partition}: its rewind read was not made")
+        if len(w.state.ledger)
+        else _resumed(w, {}, None, *sink.restore_state(w.state.partition), metrics)
+        for w in wanted
     ]
+    asked = [i for i, w in enumerate(wanted) if len(w.state.ledger)]
+    for run in batched([len(wanted[i].state.ledger) for i in asked], sink.rewind_chunk()):
+        batch = [wanted[asked[j]] for j in run]
+        # the generation and epoch of this positioning, read before the views (a restore landing after shows there)
+        positioned = [sink.restore_state(w.state.partition) for w in batch]
+        entries = [w.state.ledger.entries() for w in batch]
+        try:
+            views = await sink.load_rewinds({w.state.partition: e for w, e in zip(batch, entries, strict=True)})
+        except TRANSIENT as exc:
+            views = {w.state.partition: exc for w in batch}
+        for j, w, e, (gen, epoch) in zip(run, batch, entries, positioned, strict=True):
+            view = views.get(w.state.partition)
+            if view is None:  # unanswered: failed, never guessed
+                view = LookupError(f"partition {w.state.partition}: the rewind read did not answer it")
+            out[asked[j]] = view if isinstance(view, Exception) else _resumed(w, e, view, gen, epoch, metrics)
+    return out
 
 
 def _resumed(
     w: Positioning, entries: Mapping[str, Applied], view: RewindView | None, gen: int, epoch: int, m: WorkerMetrics
 ) -> Resumed:
-    if view is None:
+    if view is None:  # no ledger: nothing to check
         return w.resume, ({}, gen, epoch, True)
     ledger, p, resume = w.state.ledger, w.state.partition, w.resume
     rewind = decide(

@@ -315,12 +315,14 @@ class Worker:
             waiting = self._assignment.waiting()
             if not waiting:
                 return
+            unpositioned = waiting
             try:
-                run_id = await self._assignment.position(waiting)
+                run_id, unread = await self._assignment.position(waiting)
             except TRANSIENT as exc:
                 failure: Exception | None = exc
             else:
-                failure = None
+                # those whose rewind read failed still wait: positioned at the next round, after the backoff
+                failure, unpositioned = next(iter(unread.values()), None), sorted(unread)
                 self._redis_health.positioned_from(run_id)  # another server behind a kept connection: at the next call
             finally:
                 # A partition positioned now resumes after its checkpoint: work still pending from before its
@@ -332,7 +334,7 @@ class Worker:
                 self._dead.drop(positioned)
         if failure is not None:
             delay = self._backoff.next_delay()
-            log.warning("cannot position partitions %s yet (%r); retrying in %.1fs", waiting, failure, delay)
+            log.warning("cannot position partitions %s yet (%r); retrying in %.1fs", unpositioned, failure, delay)
             await wait_or_stop(self._stopping, delay)
 
     def _update_backpressure(self) -> None:

@@ -182,7 +182,10 @@ class _ClusterSink(FakeSink):
     def restore_state(self, partition: int) -> tuple[int, int]:
         return self._positioned_gens.get(partition, 0), 0
 
-    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView]:
+    def rewind_chunk(self) -> int:
+        return 10_000
+
+    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView | Exception]:
         self.rewind_reads += 1
         marks = {p: {b: self.watermarks.get((b, p), NO_WATERMARK) for b in boards} for p, boards in wanted.items()}
         self.between()

@@ -1,45 +1,66 @@
-"""Positioning several partitions reads their rewinds once (ingest/rewind.py ``rewinds_for``, flusher/cluster.py
-``load_rewinds``): the round trips of one partition whatever their number, and the decisions of each alone."""
+"""Positioning several partitions reads their rewinds together (ingest/rewind.py ``rewinds_for``, flusher/cluster.py
+``load_rewinds``): the round trips of one partition whatever their number, in batches of at most about
+``REWIND_CHUNK`` watermarks (a partition's boards never split unless it alone holds more), each partition decided
+alone, and one whose read failed left waiting for the next round while the others resume."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
+import pytest
 from aiokafka import TopicPartition
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.exceptions import ConnectionError, ResponseError
 
-from flusher.batch import NO_WATERMARK
+from flusher import rewind_read
+from flusher.batch import NO_WATERMARK, RewindView
 from flusher.cluster import ClusterSink
 from flusher.redis_sink import SCRIPT_PLAYERS
 from hotboard.script import Script
 from ingest.assignment import Assignment
 from ingest.ledger import Applied
 from ingest.metrics import WorkerMetrics
+from ingest.pausing import PauseReason
+from ingest.rewind import batched
 from ingest.settings import WorkerSettings
+from ingest.worker import Worker
 from tests.fakes import FakeConsumer
 from tests.unit.test_rewind import _ClusterSink
+from tests.unit.test_rewind_read import _command
 
 PARTITIONS = range(4)
 
 
 class _Hash:
-    """The checkpoint hash of a counted cluster: every partition's checkpoint at 130, nothing else."""
+    """The checkpoint hash of a counted cluster: every partition's checkpoint at 130, nothing else; a read
+    asking for a partition of ``failing`` raises (its master went away)."""
 
     def __init__(self) -> None:
         self.hmgets = 0
+        self.failing: set[int] = set()
 
     async def hmget(self, key: str, fields: Sequence[str]) -> list[Any]:
         self.hmgets += 1
+        if any(f.isdigit() and int(f) in self.failing for f in fields):
+            raise ConnectionError("the checkpoints' master went away")
         return ["130" if f.isdigit() else None for f in fields]
 
 
 class _CountedCluster(ClusterSink):
-    """The real ClusterSink's rewind read over a transport that counts its rounds: every board at 120."""
+    """The real ClusterSink's rewind read over a transport that counts its rounds: every board at 120 unless
+    ``held`` (partition, board) says otherwise (a value, or an error reply); ``asked``: each read's partitions
+    and their boards."""
 
     def __init__(self) -> None:
         self.hash = _Hash()
         super().__init__(self.hash, "scores", SCRIPT_PLAYERS)  # type: ignore[arg-type]
         self.rounds = 0
+        self.held: dict[tuple[int, str], Any] = {}
+        self.asked: list[dict[int, int]] = []
 
     async def server_id(self) -> str:
         return "one"
@@ -47,22 +68,109 @@ class _CountedCluster(ClusterSink):
     async def load_positions(self, partitions: Collection[int]) -> tuple[dict[int, int], dict[int, tuple[str, int]]]:
         return {p: 130 for p in partitions}, {}
 
+    async def load_rewinds(self, wanted: Mapping[int, Collection[str]]) -> dict[int, RewindView | Exception]:
+        self.asked.append({p: len(boards) for p, boards in wanted.items()})
+        return await super().load_rewinds(wanted)
+
     async def routed(self, commands: list[bytes], route: list[str], used: Sequence[Script], wait: bool) -> list[Any]:
         self.rounds += 1
-        return [b"120" for _ in commands]
+        partition_of = {self.field(p): p for p in range(16)}
+        out = []
+        for packed in commands:
+            _, key, field = _command(packed)
+            out.append(self.held.get((partition_of[field], key.split("{")[1].split("}")[0]), b"120"))
+        return out
+
+
+def _assignment(sink: _CountedCluster, boards: Mapping[int, Sequence[str]]) -> tuple[Assignment, FakeConsumer]:
+    """Partitions holding ``boards`` in their ledgers (each taken from 100 to 120 by a window from 101), assigned
+    and waiting to be positioned from checkpoint 130."""
+    tps = [TopicPartition("scores", p) for p in boards]
+    consumer = FakeConsumer(tps)
+    assignment = Assignment(WorkerSettings(topic="scores"), consumer, sink, WorkerMetrics())
+    assignment.add(tps)
+    for p, names in boards.items():
+        for board in names:
+            assignment.parts[p].ledger.applied(board, 120, 100, 101)
+    return assignment, consumer
 
 
 async def test_positioning_several_partitions_reads_their_rewinds_in_one_load() -> None:
-    tps = [TopicPartition("scores", p) for p in PARTITIONS]
     sink = _CountedCluster()
-    assignment = Assignment(WorkerSettings(topic="scores"), FakeConsumer(tps), sink, WorkerMetrics())
-    assignment.add(tps)
-    for p in PARTITIONS:
-        for board in ("a", "b", "c"):
-            assignment.parts[p].ledger.applied(board, 120, 100, 101)
+    assignment, _ = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
     await assignment.position(assignment.waiting())
     assert assignment.ready
     assert (sink.rounds, sink.hash.hmgets) == (1, 1), "one load for every partition positioned together"
+
+
+async def test_a_partition_whose_read_failed_waits_for_the_next_round_and_the_others_resume() -> None:
+    sink = _CountedCluster()
+    assignment, consumer = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
+    sink.held[(2, "b")] = b"100"  # behind what this worker applied: its partition must rewind to 101, not skip it
+    sink.held[(2, "c")] = ResponseError("CLUSTERDOWN the slot of c is not served")  # its read fails, once
+    _, unread = await assignment.position(assignment.waiting())
+    assert list(unread) == [2] and isinstance(unread[2], ResponseError)
+    assert {tp.partition: offset for tp, offset in consumer.seeks} == {0: 131, 1: 131, 3: 131}
+    assert assignment.positioned(PARTITIONS) == {0, 1, 3} and assignment.waiting() == [2]
+    assert assignment.pauses.reasons(2) == {PauseReason.POSITIONING}, "not fetched: nothing resumes unchecked"
+    assert dict(assignment.parts[2].ledger.entries()) == {b: Applied(120, 100, 101) for b in "abc"}
+    del sink.held[(2, "c")]
+    _, unread = await assignment.position(assignment.waiting())
+    assert unread == {} and assignment.ready
+    assert consumer.seeks[-1] == (TopicPartition("scores", 2), 101), "the rewind decided on a real read"
+
+
+async def test_a_read_that_raised_fails_its_batch_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rewind_read, "REWIND_CHUNK", 5)  # three boards each: one partition per batch
+    sink = _CountedCluster()
+    assignment, consumer = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
+    sink.hash.failing = {1}
+    _, unread = await assignment.position(assignment.waiting())
+    assert list(unread) == [1] and isinstance(unread[1], ConnectionError)
+    assert assignment.positioned(PARTITIONS) == {0, 2, 3} and assignment.waiting() == [1]
+    sink.hash.failing = set()
+    _, unread = await assignment.position(assignment.waiting())
+    assert unread == {} and assignment.ready and consumer.seeks[-1] == (TopicPartition("scores", 1), 131)
+
+
+async def test_one_read_holds_at_most_about_a_chunk_of_watermarks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rewind_read, "REWIND_CHUNK", 5)
+    sink = _CountedCluster()
+    boards = {0: "ab", 1: "cd", 2: "abcdefg", 3: "a", 4: "bc", 5: "de", 6: "", 7: "fgh"}
+    assignment, _ = _assignment(sink, boards)
+    await assignment.position(assignment.waiting())
+    assert assignment.ready
+    # 2 + 2 fit, 7 does not; 7 alone (its boards not split between reads, chunked inside its own read); 1 + 2 + 2
+    # fit, 3 more do not; partition 6 holds no ledger and is not read
+    assert sink.asked == [{0: 2, 1: 2}, {2: 7}, {3: 1, 4: 2, 5: 2}, {7: 3}]
+    assert sink.rounds == 5 and sink.hash.hmgets == 4
+
+
+@pytest.mark.parametrize(
+    ("sizes", "batches"),
+    [
+        ([], []),
+        ([3], [[0]]),
+        ([2, 3], [[0, 1]]),
+        ([2, 2, 2], [[0, 1], [2]]),
+        ([5, 1], [[0], [1]]),
+        ([7, 1, 1], [[0], [1, 2]]),
+        ([1, 7, 1], [[0], [1], [2]]),
+        ([1, 1, 1, 1, 1, 1], [[0, 1, 2, 3, 4], [5]]),
+    ],
+)
+def test_partitions_are_batched_to_a_chunk_of_watermarks(sizes: list[int], batches: list[list[int]]) -> None:
+    assert [list(b) for b in batched(sizes, 5)] == batches
+
+
+@given(st.lists(st.integers(1, 12), max_size=40), st.integers(1, 10))
+def test_batches_are_bounded_in_order_and_full(sizes: list[int], limit: int) -> None:
+    batches = [list(b) for b in batched(sizes, limit)]
+    assert [i for b in batches for i in b] == list(range(len(sizes))), "every partition once, in order"
+    for b in batches:
+        assert len(b) == 1 or sum(sizes[i] for i in b) <= limit, "over the chunk only alone"
+    for b, after in pairwise(batches):
+        assert sum(sizes[i] for i in b) + sizes[after[0]] > limit, "a batch ends only where the next would not fit"
 
 
 def _apply(sink: _ClusterSink, assignment: Assignment, p: int, board: str, mark: int, first: int) -> None:
@@ -126,3 +234,20 @@ async def test_partitions_positioned_together_are_decided_as_each_alone() -> Non
     assert together == alone
     assert [together[p][0] for p in range(6)] == [100, 131, 131, 131, 100, 101]  # 4 halted: its first seek
     assert together[4][1] is not None and together[0][4] == 1.0
+
+
+async def test_the_worker_backs_off_for_a_partition_whose_read_failed(caplog: pytest.LogCaptureFixture) -> None:
+    sink = _CountedCluster()
+    settings = WorkerSettings(topic="scores", redis="redis://127.0.0.1:1/0")
+    worker = Worker(settings, handle_signals=False, sink=sink)
+    assignment, _ = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
+    worker._assignment = assignment
+    sink.held[(2, "c")] = ResponseError("CLUSTERDOWN the slot of c is not served")
+    worker._stopping.set()  # the backoff's wait returns at once
+    with caplog.at_level(logging.WARNING, "hotboard.worker"):
+        await worker._position()
+    assert "cannot position partitions [2] yet" in caplog.text and worker._backoff.failures == 1
+    assert worker._identity.known == "one", "the others were positioned from this server"
+    del sink.held[(2, "c")]
+    await worker._position()
+    assert assignment.ready and worker._backoff.failures == 1
