@@ -176,52 +176,75 @@ class Lowest:
 
 
 class RestoreInterrupted(TimeoutError):
-    """Redis lost data while a whole restore ran (its run token, set before the first lowering on the checkpoint
-    hash's slot, is gone): boards it swapped in may be gone with it, so it writes no checkpoint Redis lost, and the
-    partitions stay halted. A TimeoutError, so the command exits 3 (run it again) and a worker's own restore
-    tries again after a backoff."""
+    """Redis lost data while a whole restore ran (its run token, on the checkpoint hash's slot, no longer counts
+    the swaps the run made: a FLUSHALL, or a restart from an RDB or AOF older than some of them): boards it swapped
+    in may be gone with it, so it writes no checkpoint Redis lost, and the partitions stay halted. A TimeoutError,
+    so the command exits 3 (run it again) and a worker's own restore tries again after a backoff."""
 
 
 #: How long a whole restore's run token lives (ms): far past any restore; a run that dies leaves none for long.
 RUN_TOKEN_TTL_MS = 86_400_000
 #: The marker of the final lowering's refusal (see :data:`_FINISH`).
 _INTERRUPTED = "hotboard restore interrupted"
-#: The last lowering of a whole restore: as _LOWER, refused (nothing written) unless the run token KEYS[2] still
-#: exists, which it then deletes. KEYS: the checkpoint hash, the run token (the hash's tag: the same slot). ARGV: as
-#: _LOWER's.
+#: The last lowering of a whole restore: as _LOWER, refused (nothing written) unless the run token KEYS[2] counts
+#: ARGV[1] swaps, then deleted. KEYS: the checkpoint hash, the run token (the hash's tag: the same slot). ARGV: the
+#: swaps, then as _LOWER's.
 _FINISH = Script(
     LOWERING
     + f"""
-if redis.call('EXISTS', KEYS[2]) == 0 then return redis.error_reply('{_INTERRUPTED}') end
-local out = lower(KEYS[1], 5, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1')
+if tonumber(redis.call('GET', KEYS[2]) or '-1') ~= tonumber(ARGV[1]) then
+  return redis.error_reply('{_INTERRUPTED}')
+end
+local out = lower(KEYS[1], 6, ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1')
 redis.call('DEL', KEYS[2])
 return out
 """
 )
 
 
-def run_token_key(topic: str, run: str) -> str:
-    """The key a whole restore's run ``run`` holds while it runs: on the checkpoint hash's slot (its hash tag)."""
-    return f"{keys.checkpoint_key(topic)}:restore:{run}"
+#: Count one swap on a whole restore's run token KEYS[1], only while it exists (a token Redis lost stays lost).
+_COUNT = Script("if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('INCR', KEYS[1]) end return nil")
 
 
-async def begin(redis: Client, topic: str, run: str) -> None:
-    """Set the run token, before the first lowering: a Redis that loses it meanwhile lost the swaps after it too."""
-    await redis.set(run_token_key(topic, run), 1, px=RUN_TOKEN_TTL_MS)
+async def count_swap(redis: Client, token: str) -> None:
+    """One swap counted on ``token`` (on a cluster, after the swap: see :class:`WholeRestore`)."""
+    await _COUNT(redis, [token], [])
 
 
-async def finish(redis: Client, topic: str, run: str, lowered: Sequence[Any]) -> None:
-    """A whole restore's last lowering, filling the checkpoints Redis holds none of, only while the run token
-    exists (else :class:`RestoreInterrupted`, nothing written)."""
-    try:
-        await _FINISH(redis, [keys.checkpoint_key(topic), run_token_key(topic, run)], ["lower", "", 0, "1", *lowered])
-    except ResponseError as exc:
-        if _INTERRUPTED in str(exc):
-            raise RestoreInterrupted(
-                f"Redis lost data during the restore of topic {topic} (its run token is gone): the boards swapped in "
-                "before may be gone too, so no lost checkpoint was written; run the restore again"
-            ) from exc
-        raise
+class WholeRestore:
+    """A restore of every board, counted on the checkpoint hash's slot: a run token set to 0 before the first
+    lowering and incremented by each swap's own script, only while it exists. What Redis keeps after a crash is a
+    prefix of what it was sent (a FLUSHALL keeps nothing, and no later swap brings the token back), so a token that
+    still counts every swap at the end shows that the swaps are all there, and only then are the lost checkpoints
+    written (:meth:`finish`). On a Redis Cluster the boards live on other masters, whose losses the token does not
+    see: there it counts right after each swap, on the checkpoint hash's master (docs/archive.md)."""
+
+    def __init__(self, topic: str, run: str) -> None:
+        self.topic = topic
+        self.key = f"{keys.checkpoint_key(topic)}:restore:{run}"
+        self.swaps = 0
+
+    async def begin(self, redis: Client) -> None:
+        await redis.set(self.key, 0, px=RUN_TOKEN_TTL_MS)
+
+    def swapped(self) -> None:
+        """One more swap of the run landed (its script counted it on the token)."""
+        self.swaps += 1
+
+    async def finish(self, redis: Client, lowered: Sequence[Any]) -> None:
+        """The last lowering, filling the checkpoints Redis holds none of, only while the token counts every swap
+        (else :class:`RestoreInterrupted`, nothing written)."""
+        try:
+            await _FINISH(
+                redis, [keys.checkpoint_key(self.topic), self.key], [self.swaps, "lower", "", 0, "1", *lowered]
+            )
+        except ResponseError as exc:
+            if _INTERRUPTED in str(exc):
+                raise RestoreInterrupted(
+                    f"Redis lost data during the restore of topic {self.topic} (its run token no longer counts the "
+                    "boards swapped in): they may be gone, so no lost checkpoint was written; run the restore again"
+                ) from exc
+            raise
 
 
 class RestoreBusy(TimeoutError):

@@ -35,8 +35,6 @@ from hotboard.redis_client import Client
 #: Rows read from the archive per chunk, and chunks written to Redis at once (see :func:`_copy_players`).
 CHUNK = staging.CHUNK
 IN_FLIGHT = 2
-#: Listings of the archive's boards a restore makes at most before it gives up (see :func:`restore`).
-LISTINGS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +112,11 @@ async def restore_board(
     now_ms: int,
     copied: Callable[[Copied], None] | None = None,
     lowest: lowering.Lowest | None = None,
+    whole: lowering.WholeRestore | None = None,
 ) -> Restored | None:
     """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired.
     ``copied`` hears each chunk of players staged; ``lowest`` the checkpoints of the snapshot it was read from
-    (its swap lowers only those Redis holds: see :class:`archive.lowering.Lowest`)."""
+    (its swap lowers only those Redis holds: see :class:`archive.lowering.Lowest`); ``whole`` counts its swap."""
     lowest = lowering.Lowest() if lowest is None else lowest
     live, run = staging.live_keys(board), staging.run_token()
     twin = staging.staging_keys(live, run)
@@ -129,7 +128,7 @@ async def restore_board(
             "SELECT last_offset FROM hb_watermarks WHERE board = $1 AND field = $2", board, keys.APPLIED_DELETED_VERSION
         )
         if floor is not None and (row is None or row["version"] <= floor):  # deleted and not written since
-            await _restore_deleted(conn, redis, topic, board, live, twin, run, lowest)
+            await _restore_deleted(conn, redis, topic, board, live, twin, run, lowest, whole)
             return None
         if row is None or 0 < row["expires_at_ms"] <= now_ms:
             return None
@@ -149,7 +148,11 @@ async def restore_board(
     elif definition != DEFAULT:
         await staging.stage_hash(redis, twin, 3, to_hash(definition, now_ms))
     args = [-1 if root else row["version"], row["expires_at_ms"]]
-    await staging.swap(redis, topic, live, twin, args, lowered, run, fill=False)
+    await staging.swap(
+        redis, topic, live, twin, args, lowered, run, fill=False, token=None if whole is None else whole.key
+    )
+    if whole is not None:
+        whole.swapped()
     if period is None:
         await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
     return Restored(board, players)
@@ -164,6 +167,7 @@ async def _restore_deleted(
     twin: list[str],
     run: str,
     lowest: lowering.Lowest,
+    whole: lowering.WholeRestore | None,
 ) -> None:
     """A deleted board: only its watermarks (and deleted version) come back, every other key of it goes."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
@@ -171,7 +175,11 @@ async def _restore_deleted(
         marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
     lowest.add(lowered)
     await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
-    await staging.swap(redis, topic, live, twin, [-1, 0], lowered, run, fill=False)
+    await staging.swap(
+        redis, topic, live, twin, [-1, 0], lowered, run, fill=False, token=None if whole is None else whole.key
+    )
+    if whole is not None:
+        whole.swapped()
 
 
 async def _copy_players(
@@ -232,37 +240,34 @@ async def restore(
     Redis holds none of (a lost Redis's: lifting its halts), once every board is in: one board restored must not
     let a partition resume while the others are still empty."""
     now_ms = int(time.time() * 1000)
-    run = staging.run_token()
-    if board is None:
-        await lowering.begin(redis, topic, run)
+    whole = lowering.WholeRestore(topic, staging.run_token()) if board is None else None
+    if whole is not None:
+        await whole.begin(redis)
     names = await board_names(archive, board)
     # 1. checkpoints no higher than the archive's: a running worker resynchronises and replays the tail
     lowest = lowering.Lowest()
     await lower_checkpoints(archive, redis, topic, lowest)
     done: list[Restored] = []
-    swapped: set[str] = set()
-    # the names again after the swaps: a board the archiver created meanwhile holds events a later snapshot's
-    # checkpoint covers (its window moved it), and must be in before that checkpoint is written
-    for _ in range(LISTINGS):
-        for name in (n for n in names if n not in swapped):
-            swapped.add(name)
-            restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest)
+    # The names once more after the swaps: a board the archiver created after the first listing may hold events
+    # a board snapshot's checkpoint covers (its window moved it), so it is swapped in before that checkpoint is
+    # written. One created after this listing holds only events past every snapshot's checkpoint: replayed.
+    listed = names
+    for _ in range(2):
+        for name in listed:
+            restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest, whole)
             if restored is not None:
                 done.append(restored)
                 progress(restored)
-        names = await board_names(archive, board)
-        if swapped.issuperset(names):
-            break
-    else:
-        raise lowering.RestoreInterrupted(
-            f"the archive of topic {topic} gained boards at each of {LISTINGS} listings: no lost checkpoint was "
-            "written; run the restore again once the archiver slowed down"
-        )
-    # 2. each swap lowered them again, in its own step; once more to the lowest every board's snapshot named, and
-    # now (a whole restore, whose run token shows Redis lost nothing meanwhile) where Redis holds none too
+        listed = [n for n in await board_names(archive, board) if n not in names]
+    # 2. a partition one board's snapshot lacked (its first checkpoint written meanwhile, by the archiver or by a
+    # worker) comes down to none where Redis holds one: that board holds none of its events (archive.lowering.Lowest)
+    if missing := lowest.missing():
+        await lowering.lower(redis, topic, [x for p in sorted(missing) for x in (p, NO_WATERMARK, 0)], fill=False)
+    # 3. each swap lowered them again, in its own step; once more to the lowest every board's snapshot named, and
+    # now (a whole restore, whose run token shows Redis lost none of its swaps) where Redis holds none too
     final = lowest.triples()
-    if board is None:
-        await lowering.finish(redis, topic, run, final)
+    if whole is not None:
+        await whole.finish(redis, final)
     elif final:
         await lowering.lower(redis, topic, final, fill=False)
     return done

@@ -278,3 +278,57 @@ async def test_the_first_window_of_a_partition_archived_after_the_first_lowering
     async with Archive(postgres_url) as archive:
         await restore.restore(archive, redis_client, topic, None, lambda _: None)
     assert await redis_client.hmget(keys.checkpoint_key(topic), ["0", "1"]) == [b"9", b"5"]
+
+
+async def test_redis_restarting_from_a_state_before_the_last_swap_writes_no_lost_checkpoint(
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis restarts from an RDB or AOF written between a's swap and b's: what it keeps is what it held then
+    (b's swap gone, the run token counting one swap). The token must tell: no lost checkpoint written."""
+    topic = "scores"
+    await _archive_two_boards(postgres_url, topic, 9)
+    real = staging.swap
+    token: list[str] = []
+
+    async def swap(redis: Any, topic_: str, live: Sequence[str], *args: Any, **kwargs: Any) -> None:
+        if list(live) == staging.live_keys("a"):
+            token.extend([k.decode() async for k in redis.scan_iter(match="*:restore:*")])
+        await real(redis, topic_, live, *args, **kwargs)
+        if list(live) == staging.live_keys("b"):  # the state of the restart: b not swapped, the token at 1
+            await redis.delete(*live)
+            await redis.set(token[0], 1)
+
+    monkeypatch.setattr(staging, "swap", swap)
+    async with Archive(postgres_url) as archive:
+        with pytest.raises(lowering.RestoreInterrupted):
+            await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    assert await redis_client.hget(keys.checkpoint_key(topic), "0") is None
+
+
+async def test_a_partition_first_checkpointed_during_a_board_copy_comes_down_to_none(
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partition 1 is not halted (its log starts at 0): while board a is copied, a worker applies its offsets
+    0..3 to the live a and writes its first checkpoint, 3, and the archiver its own. a's snapshot lacked the
+    partition, so the swapped a holds none of those events: the checkpoint must come down to none (replay from
+    the start), not stay at 3 (a would never get them)."""
+    topic = "scores"
+    await _archive_two_boards(postgres_url, topic, 9)
+    field1 = keys.watermark_field(topic, 1, 0)
+    real = restore._copy_players
+
+    async def copy_players(conn: Any, redis: Any, board: str, *args: Any) -> int:
+        players = await real(conn, redis, board, *args)
+        if board == "a":
+            await redis.hset(keys.checkpoint_key(topic), "1", 3)
+            await _sql(
+                postgres_url,
+                f"INSERT INTO hb_watermarks VALUES ('b', '{field1}', 3)",
+                f"INSERT INTO hb_checkpoints (topic, partition, checkpoint) VALUES ('{topic}', 1, 3)",
+            )
+        return players
+
+    monkeypatch.setattr(restore, "_copy_players", copy_players)
+    async with Archive(postgres_url) as archive:
+        await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    assert await redis_client.hmget(keys.checkpoint_key(topic), ["0", "1"]) == [b"9", str(NO_WATERMARK).encode()]
