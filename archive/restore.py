@@ -55,15 +55,25 @@ class Copied:
 async def board_names(archive: Archive, board: str | None) -> list[str]:
     """Every archived board (periods included), or ``board`` and its periods."""
     async with archive.connection() as conn:
-        # a deleted board's watermarks are restored too: replayed events of it stay skipped
-        rows = await conn.fetch(
-            "SELECT board FROM (SELECT board FROM hb_boards UNION SELECT board FROM hb_watermarks WHERE field = $1) b "
-            "WHERE $2::text IS NULL OR board = $2 OR board LIKE $3 ORDER BY board",
-            keys.APPLIED_DELETED_VERSION,
-            board,
-            f"{board}@%",
-        )
+        return await _board_names(conn, board)
+
+
+async def _board_names(conn: Any, board: str | None) -> list[str]:
+    # a deleted board's watermarks are restored too: replayed events of it stay skipped
+    rows = await conn.fetch(
+        "SELECT board FROM (SELECT board FROM hb_boards UNION SELECT board FROM hb_watermarks WHERE field = $1) b "
+        "WHERE $2::text IS NULL OR board = $2 OR board LIKE $3 ORDER BY board",
+        keys.APPLIED_DELETED_VERSION,
+        board,
+        f"{board}@%",
+    )
     return [r["board"] for r in rows]
+
+
+async def _listing(archive: Archive, redis: Client, topic: str, board: str | None) -> tuple[list[str], list[Any]]:
+    """The boards and the checkpoints of one snapshot of the archive."""
+    async with archive.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        return await _board_names(conn, board), await _checkpoint_args(conn, redis, topic)
 
 
 async def _checkpoint_args(conn: Any, redis: Client, topic: str) -> list[Any]:
@@ -248,26 +258,27 @@ async def restore(
     lowest = lowering.Lowest()
     await lower_checkpoints(archive, redis, topic, lowest)
     done: list[Restored] = []
-    # The names once more after the swaps: a board the archiver created after the first listing may hold events
-    # a board snapshot's checkpoint covers (its window moved it), so it is swapped in before that checkpoint is
-    # written. One created after this listing holds only events past every snapshot's checkpoint: replayed.
+    # The names once more after the swaps, with the checkpoints of the same snapshot (counted as one): a board the
+    # archiver created after the first listing may hold events a snapshot's checkpoint covers (its window moved
+    # it), so it is swapped in before that checkpoint is written; one created after this listing holds only events
+    # past this snapshot's checkpoint, which the one written is no higher than: they replay.
     listed = names
-    for _ in range(2):
+    for listing in range(2):
         for name in listed:
             restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest, whole)
             if restored is not None:
                 done.append(restored)
                 progress(restored)
-        listed = [n for n in await board_names(archive, board) if n not in names]
-    # 2. a partition one board's snapshot lacked (its first checkpoint written meanwhile, by the archiver or by a
-    # worker) comes down to none where Redis holds one: that board holds none of its events (archive.lowering.Lowest)
-    if missing := lowest.missing():
-        await lowering.lower(redis, topic, [x for p in sorted(missing) for x in (p, NO_WATERMARK, 0)], fill=False)
-    # 3. each swap lowered them again, in its own step; once more to the lowest every board's snapshot named, and
-    # now (a whole restore, whose run token shows Redis lost none of its swaps) where Redis holds none too
+        if listing == 0:
+            again, args = await _listing(archive, redis, topic, board)
+            lowest.add(args, swapped=False)
+            listed = [n for n in again if n not in names]
+    # each swap lowered them again, in its own step; once more, in one step: to the lowest every snapshot named, now
+    # (a whole restore, whose run token shows Redis lost none of its swaps) where Redis holds none too, and a
+    # partition some snapshot lacked down to none where Redis holds it (archive.lowering.Lowest, _FINISH)
     final = lowest.triples()
     if whole is not None:
         await whole.finish(redis, final)
-    elif final:
-        await lowering.lower(redis, topic, final, fill=False)
+    else:
+        await lowering.finish(redis, topic, final, lowest.swaps)
     return done

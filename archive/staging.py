@@ -56,10 +56,10 @@ _SWAP = Script(
     + f"""
 local archived, expire_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local kinds = {len(_KINDS)}  -- KEYS[1..kinds]: the live keys in _KINDS order; KEYS[i + kinds]: the twin of KEYS[i]
-local live_meta, staged_applied, staged_meta = KEYS[3], KEYS[2 + kinds], KEYS[3 + kinds]
+local live_meta, staged_board, staged_applied, staged_meta = KEYS[3], KEYS[1 + kinds], KEYS[2 + kinds], KEYS[3 + kinds]
 local ckpt_key = KEYS[2 * kinds + 1]  -- nil on a Redis Cluster, whose swap has no triples to lower
 if redis.call('EXISTS', staged_applied, staged_meta) == 0 then return redis.error_reply('staged board expired') end
-lower(ckpt_key, 4, 'lower', '', 0, ARGV[3] == '1')
+lower(ckpt_key, ARGV, 4, 'lower', '', 0, ARGV[3] == '1')
 if archived >= 0 then
   local live = tonumber(redis.call('HGET', live_meta, '{keys.META_VERSION}') or '0')
   redis.call('HSET', staged_meta, '{keys.META_VERSION}', math.max(live, archived) + 1)
@@ -73,8 +73,8 @@ for i = 1, kinds do
     redis.call('DEL', live_key)
   end
 end
-local token = KEYS[2 * kinds + 2]  -- a whole restore's run token (one server only): counts this swap, if it exists
-if token and redis.call('EXISTS', token) == 1 then redis.call('INCR', token) end
+local token = KEYS[2 * kinds + 2]  -- a whole restore's run token (one server only): names this swap, if it exists
+if token and redis.call('EXISTS', token) == 1 then redis.call('SADD', token, staged_board) end
 return 1
 """
 )
@@ -154,7 +154,7 @@ async def swap(
         finally:
             await lowering.clear(redis, topic, lowered, run, fill=fill)
     if token:
-        await lowering.count_swap(redis, token)
+        await lowering.count_swap(redis, token, twin[0])
 
 
 async def stage_players(redis: Client, twin: Sequence[str], definition: BoardDef, rows: Sequence[Any]) -> None:
