@@ -306,13 +306,15 @@ async def test_redis_restarting_from_a_state_before_the_last_swap_writes_no_lost
     assert await redis_client.hget(keys.checkpoint_key(topic), "0") is None
 
 
+@pytest.mark.parametrize("during", ["a", "b"])
 async def test_a_partition_first_checkpointed_during_a_board_copy_comes_down_to_none(
-    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch, during: str
 ) -> None:
-    """Partition 1 is not halted (its log starts at 0): while board a is copied, a worker applies its offsets
-    0..3 to the live a and writes its first checkpoint, 3, and the archiver its own. a's snapshot lacked the
-    partition, so the swapped a holds none of those events: the checkpoint must come down to none (replay from
-    the start), not stay at 3 (a would never get them)."""
+    """Partition 1 is not halted (its log starts at 0): while board ``during`` is copied, a worker applies its
+    offsets 0..3 to the live board and writes its first checkpoint, 3 (during a's copy the archiver its own too).
+    That board's snapshot lacked the partition, so the swapped board holds none of those events: the checkpoint
+    must come down to none (replay from the start), not stay at 3 (the board would never get them). During b's
+    copy, the last board's, no snapshot names the partition at all, and only the last lowering can see it."""
     topic = "scores"
     await _archive_two_boards(postgres_url, topic, 9)
     field1 = keys.watermark_field(topic, 1, 0)
@@ -320,34 +322,14 @@ async def test_a_partition_first_checkpointed_during_a_board_copy_comes_down_to_
 
     async def copy_players(conn: Any, redis: Any, board: str, *args: Any) -> int:
         players = await real(conn, redis, board, *args)
-        if board == "a":
+        if board == during:
             await redis.hset(keys.checkpoint_key(topic), "1", 3)
-            await _sql(
-                postgres_url,
-                f"INSERT INTO hb_watermarks VALUES ('b', '{field1}', 3)",
-                f"INSERT INTO hb_checkpoints (topic, partition, checkpoint) VALUES ('{topic}', 1, 3)",
-            )
-        return players
-
-    monkeypatch.setattr(restore, "_copy_players", copy_players)
-    async with Archive(postgres_url) as archive:
-        await restore.restore(archive, redis_client, topic, None, lambda _: None)
-    assert await redis_client.hmget(keys.checkpoint_key(topic), ["0", "1"]) == [b"9", str(NO_WATERMARK).encode()]
-
-
-async def test_a_partition_first_checkpointed_during_the_last_board_copy_comes_down_to_none(
-    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """As above, but during the copy of b, the last board: no snapshot names the partition at all, and no later
-    swap lowers it. The last lowering must bring it down to none (b holds none of its events)."""
-    topic = "scores"
-    await _archive_two_boards(postgres_url, topic, 9)
-    real = restore._copy_players
-
-    async def copy_players(conn: Any, redis: Any, board: str, *args: Any) -> int:
-        players = await real(conn, redis, board, *args)
-        if board == "b":
-            await redis.hset(keys.checkpoint_key(topic), "1", 3)
+            if during == "a":
+                await _sql(
+                    postgres_url,
+                    f"INSERT INTO hb_watermarks VALUES ('b', '{field1}', 3)",
+                    f"INSERT INTO hb_checkpoints (topic, partition, checkpoint) VALUES ('{topic}', 1, 3)",
+                )
         return players
 
     monkeypatch.setattr(restore, "_copy_players", copy_players)
