@@ -25,6 +25,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from flusher.batch import NO_WATERMARK
 from hotboard import keys
 from hotboard.redis_client import Client
 from hotboard.script import Script
@@ -63,19 +64,19 @@ local function holder(ckpt_key, p, now_ms, run)  -- another run's live mark on p
   if held[1] and held[1] ~= deadline and (tonumber(held[1]) or 0) > now_ms then return {p, '', held[1]} end
   return nil
 end
-local function lower(ckpt_key, first, mode, run, mark_ms, fill)
+local function lower(ckpt_key, args, first, mode, run, mark_ms, fill)  -- args: the table holding the triples
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local now_ms = math.floor(now / 1000)
   if mode == 'mark' then  -- every partition checked before any is written
-    for i = first, #ARGV, 3 do
-      local busy = holder(ckpt_key, ARGV[i], now_ms, run)
+    for i = first, #args, 3 do
+      local busy = holder(ckpt_key, args[i], now_ms, run)
       if busy then return busy end
     end
   end
   local deadline = string.format('%.0f', now_ms + mark_ms)
-  for i = first, #ARGV, 3 do
-    local partition, lowered, epoch = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  for i = first, #args, 3 do
+    local partition, lowered, epoch = args[i], args[i + 1], args[i + 2]
     local cur = redis.call('HGET', ckpt_key, partition)
     if (fill and not cur) or (cur and tonumber(cur) > tonumber(lowered)) then
       redis.call('HSET', ckpt_key, partition, lowered)
@@ -105,7 +106,7 @@ end
 _LOWER = Script(
     LOWERING
     + """
-return lower(KEYS[1], 5, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1')
+return lower(KEYS[1], ARGV, 5, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1')
 """
 )
 
@@ -145,13 +146,17 @@ class Lowest:
         self._lowest: dict[str, tuple[int, int]] = {}
         self._seen: dict[str, int] = {}
         self._snapshots = 0
+        #: Boards swapped in (their snapshots added).
+        self.swaps = 0
 
     def first(self, lowered: Sequence[Any]) -> None:
         """The first lowering's (partition, checkpoint, epoch) triples: what counts while no board is swapped in."""
         self._first = list(lowered)
 
-    def add(self, lowered: Sequence[Any]) -> None:
-        """The triples of the snapshot one board was swapped in from."""
+    def add(self, lowered: Sequence[Any], *, swapped: bool = True) -> None:
+        """The triples of the snapshot one board was swapped in from (``swapped`` false: of a listing of the
+        boards, which counts as a snapshot but swaps nothing in)."""
+        self.swaps += swapped
         self._snapshots += 1
         for i in range(0, len(lowered), 3):
             partition, checkpoint, epoch = str(lowered[i]), int(lowered[i + 1]), int(lowered[i + 2])
@@ -176,52 +181,98 @@ class Lowest:
 
 
 class RestoreInterrupted(TimeoutError):
-    """Redis lost data while a whole restore ran (its run token, set before the first lowering on the checkpoint
-    hash's slot, is gone): boards it swapped in may be gone with it, so it writes no checkpoint Redis lost, and the
-    partitions stay halted. A TimeoutError, so the command exits 3 (run it again) and a worker's own restore
-    tries again after a backoff."""
+    """Redis lost data while a whole restore ran (its run token, on the checkpoint hash's slot, no longer counts
+    the swaps the run made: a FLUSHALL, or a restart from an RDB or AOF older than some of them): boards it swapped
+    in may be gone with it, so it writes no checkpoint Redis lost, and the partitions stay halted. A TimeoutError,
+    so the command exits 3 (run it again) and a worker's own restore tries again after a backoff."""
 
 
 #: How long a whole restore's run token lives (ms): far past any restore; a run that dies leaves none for long.
 RUN_TOKEN_TTL_MS = 86_400_000
 #: The marker of the final lowering's refusal (see :data:`_FINISH`).
 _INTERRUPTED = "hotboard restore interrupted"
-#: The last lowering of a whole restore: as _LOWER, refused (nothing written) unless the run token KEYS[2] still
-#: exists, which it then deletes. KEYS: the checkpoint hash, the run token (the hash's tag: the same slot). ARGV: as
-#: _LOWER's.
+#: The last lowering of a restore, in one step: refused (nothing written) where the run token KEYS[2] (a set, see
+#: :class:`WholeRestore`) does not hold ARGV[1] + 1 members; else the triples lowered (filling where ARGV[2] is
+#: '1'), and, where ARGV[1] is above 0 (boards were swapped in), every other partition the hash holds a checkpoint
+#: of brought down to none: its first checkpoint was written after the last board's snapshot was read, so that
+#: board may hold none of its events. The token is then deleted. KEYS: the checkpoint hash, the run token (the
+#: hash's tag: the same slot; absent for a restore of one board, whose ARGV[1] is -1 for no check). ARGV: the
+#: swaps, fill, then (partition, checkpoint, epoch) triples.
 _FINISH = Script(
     LOWERING
     + f"""
-if redis.call('EXISTS', KEYS[2]) == 0 then return redis.error_reply('{_INTERRUPTED}') end
-local out = lower(KEYS[1], 5, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1')
-redis.call('DEL', KEYS[2])
-return out
+local swaps = tonumber(ARGV[1])
+if KEYS[2] and redis.call('SCARD', KEYS[2]) ~= swaps + 1 then return redis.error_reply('{_INTERRUPTED}') end
+lower(KEYS[1], ARGV, 3, 'lower', '', 0, ARGV[2] == '1')
+if swaps > 0 then
+  local named, unnamed = {{}}, {{}}
+  for i = 3, #ARGV, 3 do named[ARGV[i]] = true end
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.match(field, '^%d+$') and not named[field] then
+      table.insert(unnamed, field)
+      table.insert(unnamed, '{NO_WATERMARK}')
+      table.insert(unnamed, '0')
+    end
+  end
+  lower(KEYS[1], unnamed, 1, 'lower', '', 0, false)
+end
+if KEYS[2] then redis.call('DEL', KEYS[2]) end
+return 1
 """
+)
+#: Count one swap on a whole restore's run token KEYS[1] (the member ARGV[1] names the swap: a retried count is one
+#: count), only while the token exists (a token Redis lost stays lost).
+_COUNT = Script("if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('SADD', KEYS[1], ARGV[1]) end")
+#: Start a run token: one member (a set never exists empty), its TTL. KEYS: the token. ARGV: the TTL (ms).
+_BEGIN = Script(
+    "redis.call('DEL', KEYS[1]); redis.call('SADD', KEYS[1], '-'); return redis.call('PEXPIRE', KEYS[1], ARGV[1])"
 )
 
 
-def run_token_key(topic: str, run: str) -> str:
-    """The key a whole restore's run ``run`` holds while it runs: on the checkpoint hash's slot (its hash tag)."""
-    return f"{keys.checkpoint_key(topic)}:restore:{run}"
+async def count_swap(redis: Client, token: str, swap: str) -> None:
+    """The swap ``swap`` (its staged keys' name) counted on ``token``: on a cluster, right after the swap."""
+    await _COUNT(redis, [token], [swap])
 
 
-async def begin(redis: Client, topic: str, run: str) -> None:
-    """Set the run token, before the first lowering: a Redis that loses it meanwhile lost the swaps after it too."""
-    await redis.set(run_token_key(topic, run), 1, px=RUN_TOKEN_TTL_MS)
+async def finish(redis: Client, topic: str, lowered: Sequence[Any], swaps: int) -> None:
+    """The last lowering of a restore of one board (no token, no fill), and of the partitions no snapshot named
+    where ``swaps`` > 0 (see :data:`_FINISH`)."""
+    await _FINISH(redis, [keys.checkpoint_key(topic)], [-1 if swaps <= 0 else swaps, "0", *lowered])
 
 
-async def finish(redis: Client, topic: str, run: str, lowered: Sequence[Any]) -> None:
-    """A whole restore's last lowering, filling the checkpoints Redis holds none of, only while the run token
-    exists (else :class:`RestoreInterrupted`, nothing written)."""
-    try:
-        await _FINISH(redis, [keys.checkpoint_key(topic), run_token_key(topic, run)], ["lower", "", 0, "1", *lowered])
-    except ResponseError as exc:
-        if _INTERRUPTED in str(exc):
-            raise RestoreInterrupted(
-                f"Redis lost data during the restore of topic {topic} (its run token is gone): the boards swapped in "
-                "before may be gone too, so no lost checkpoint was written; run the restore again"
-            ) from exc
-        raise
+class WholeRestore:
+    """A restore of every board, counted on the checkpoint hash's slot: a run token (a set) started before the
+    first lowering, to which each swap's own script adds the swap's name, only while it exists. What Redis keeps
+    after a crash is a prefix of what it was sent (a FLUSHALL keeps nothing, and no later swap brings the token
+    back), so a token that still names every swap at the end shows that the swaps are all there, and only then, in
+    the same step, are the lost checkpoints written (:meth:`finish`). On a Redis Cluster the boards live on other
+    masters, whose losses the token does not see: there it counts right after each swap, on the checkpoint hash's
+    master (docs/archive.md)."""
+
+    def __init__(self, topic: str, run: str) -> None:
+        self.topic = topic
+        self.key = f"{keys.checkpoint_key(topic)}:restore:{run}"
+        self.swaps = 0
+
+    async def begin(self, redis: Client) -> None:
+        await _BEGIN(redis, [self.key], [RUN_TOKEN_TTL_MS])
+
+    def swapped(self) -> None:
+        """One more swap of the run landed (its script counted it on the token)."""
+        self.swaps += 1
+
+    async def finish(self, redis: Client, lowered: Sequence[Any]) -> None:
+        """The last lowering, filling the checkpoints Redis holds none of, only while the token counts every swap
+        (else :class:`RestoreInterrupted`, nothing written)."""
+        try:
+            await _FINISH(redis, [keys.checkpoint_key(self.topic), self.key], [self.swaps, "1", *lowered])
+        except ResponseError as exc:
+            if _INTERRUPTED in str(exc):
+                raise RestoreInterrupted(
+                    f"Redis lost data during the restore of topic {self.topic} (its run token no longer counts the "
+                    "boards swapped in): they may be gone, so no lost checkpoint was written; run the restore again"
+                ) from exc
+            raise
 
 
 class RestoreBusy(TimeoutError):

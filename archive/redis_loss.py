@@ -93,17 +93,21 @@ class LossRestorer:
                 if covered.isdisjoint(partitions):  # nothing to gain from swapping every board in again
                     raise ArchiveBehind(f"the archive holds no checkpoint of partitions {partitions} yet")
                 done = await restore(archive, self._redis, s.topic, None, progress)
-            # the halts this restore answers: lifted, so the next look positions from the archive's checkpoints
             checkpoints, halts = await self._halts.load_positions(partitions)
-            for p, recorded in halts.items():
-                if p in checkpoints:
-                    await self._halts.lift_halt(p, recorded, False)
         except Exception as exc:  # noqa: BLE001 - see below: every failure waits and retries
             # The archive or Redis away, another run's restoring mark, Redis losing data meanwhile, or a fault no
             # immediate retry mends (an archive without the schema, a staged board that expired): tried again
             # after a backoff that grows, halted still or not (see __init__), never in a loop, never fatal.
             await self._failed(partitions, repr(exc), exc)
             return
+        # the halts this restore answers: lifted, so the next look positions from the archive's checkpoints (a
+        # failure here is only logged: the worker lifts a halt itself once it sees the checkpoint changed)
+        try:
+            for p, recorded in halts.items():
+                if p in checkpoints:
+                    await self._halts.lift_halt(p, recorded, False)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("restored, but lifting the halts failed (%r): the worker's next look lifts them", exc)
         # a checkpoint still absent: the archive lacked the partition in some board's snapshot (archive.lowering.
         # Lowest); it stays halted and owed, for a restore once the archiver has applied its events
         unwritten = [p for p in partitions if p not in checkpoints]

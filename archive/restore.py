@@ -35,8 +35,6 @@ from hotboard.redis_client import Client
 #: Rows read from the archive per chunk, and chunks written to Redis at once (see :func:`_copy_players`).
 CHUNK = staging.CHUNK
 IN_FLIGHT = 2
-#: Listings of the archive's boards a restore makes at most before it gives up (see :func:`restore`).
-LISTINGS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +55,25 @@ class Copied:
 async def board_names(archive: Archive, board: str | None) -> list[str]:
     """Every archived board (periods included), or ``board`` and its periods."""
     async with archive.connection() as conn:
-        # a deleted board's watermarks are restored too: replayed events of it stay skipped
-        rows = await conn.fetch(
-            "SELECT board FROM (SELECT board FROM hb_boards UNION SELECT board FROM hb_watermarks WHERE field = $1) b "
-            "WHERE $2::text IS NULL OR board = $2 OR board LIKE $3 ORDER BY board",
-            keys.APPLIED_DELETED_VERSION,
-            board,
-            f"{board}@%",
-        )
+        return await _board_names(conn, board)
+
+
+async def _board_names(conn: Any, board: str | None) -> list[str]:
+    # a deleted board's watermarks are restored too: replayed events of it stay skipped
+    rows = await conn.fetch(
+        "SELECT board FROM (SELECT board FROM hb_boards UNION SELECT board FROM hb_watermarks WHERE field = $1) b "
+        "WHERE $2::text IS NULL OR board = $2 OR board LIKE $3 ORDER BY board",
+        keys.APPLIED_DELETED_VERSION,
+        board,
+        f"{board}@%",
+    )
     return [r["board"] for r in rows]
+
+
+async def _listing(archive: Archive, redis: Client, topic: str, board: str | None) -> tuple[list[str], list[Any]]:
+    """The boards and the checkpoints of one snapshot of the archive."""
+    async with archive.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        return await _board_names(conn, board), await _checkpoint_args(conn, redis, topic)
 
 
 async def _checkpoint_args(conn: Any, redis: Client, topic: str) -> list[Any]:
@@ -114,10 +122,11 @@ async def restore_board(
     now_ms: int,
     copied: Callable[[Copied], None] | None = None,
     lowest: lowering.Lowest | None = None,
+    whole: lowering.WholeRestore | None = None,
 ) -> Restored | None:
     """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired.
     ``copied`` hears each chunk of players staged; ``lowest`` the checkpoints of the snapshot it was read from
-    (its swap lowers only those Redis holds: see :class:`archive.lowering.Lowest`)."""
+    (its swap lowers only those Redis holds: see :class:`archive.lowering.Lowest`); ``whole`` counts its swap."""
     lowest = lowering.Lowest() if lowest is None else lowest
     live, run = staging.live_keys(board), staging.run_token()
     twin = staging.staging_keys(live, run)
@@ -129,7 +138,7 @@ async def restore_board(
             "SELECT last_offset FROM hb_watermarks WHERE board = $1 AND field = $2", board, keys.APPLIED_DELETED_VERSION
         )
         if floor is not None and (row is None or row["version"] <= floor):  # deleted and not written since
-            await _restore_deleted(conn, redis, topic, board, live, twin, run, lowest)
+            await _restore_deleted(conn, redis, topic, board, live, twin, run, lowest, whole)
             return None
         if row is None or 0 < row["expires_at_ms"] <= now_ms:
             return None
@@ -149,7 +158,11 @@ async def restore_board(
     elif definition != DEFAULT:
         await staging.stage_hash(redis, twin, 3, to_hash(definition, now_ms))
     args = [-1 if root else row["version"], row["expires_at_ms"]]
-    await staging.swap(redis, topic, live, twin, args, lowered, run, fill=False)
+    await staging.swap(
+        redis, topic, live, twin, args, lowered, run, fill=False, token=None if whole is None else whole.key
+    )
+    if whole is not None:
+        whole.swapped()
     if period is None:
         await redis.zadd(keys.BOARD_INDEX_KEY, {logical: 0})
     return Restored(board, players)
@@ -164,6 +177,7 @@ async def _restore_deleted(
     twin: list[str],
     run: str,
     lowest: lowering.Lowest,
+    whole: lowering.WholeRestore | None,
 ) -> None:
     """A deleted board: only its watermarks (and deleted version) come back, every other key of it goes."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
@@ -171,7 +185,11 @@ async def _restore_deleted(
         marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
     lowest.add(lowered)
     await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
-    await staging.swap(redis, topic, live, twin, [-1, 0], lowered, run, fill=False)
+    await staging.swap(
+        redis, topic, live, twin, [-1, 0], lowered, run, fill=False, token=None if whole is None else whole.key
+    )
+    if whole is not None:
+        whole.swapped()
 
 
 async def _copy_players(
@@ -232,37 +250,35 @@ async def restore(
     Redis holds none of (a lost Redis's: lifting its halts), once every board is in: one board restored must not
     let a partition resume while the others are still empty."""
     now_ms = int(time.time() * 1000)
-    run = staging.run_token()
-    if board is None:
-        await lowering.begin(redis, topic, run)
+    whole = lowering.WholeRestore(topic, staging.run_token()) if board is None else None
+    if whole is not None:
+        await whole.begin(redis)
     names = await board_names(archive, board)
     # 1. checkpoints no higher than the archive's: a running worker resynchronises and replays the tail
     lowest = lowering.Lowest()
     await lower_checkpoints(archive, redis, topic, lowest)
     done: list[Restored] = []
-    swapped: set[str] = set()
-    # the names again after the swaps: a board the archiver created meanwhile holds events a later snapshot's
-    # checkpoint covers (its window moved it), and must be in before that checkpoint is written
-    for _ in range(LISTINGS):
-        for name in (n for n in names if n not in swapped):
-            swapped.add(name)
-            restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest)
+    # The names once more after the swaps, with the checkpoints of the same snapshot (counted as one): a board the
+    # archiver created after the first listing may hold events a snapshot's checkpoint covers (its window moved
+    # it), so it is swapped in before that checkpoint is written; one created after this listing holds only events
+    # past this snapshot's checkpoint, which the one written is no higher than: they replay.
+    listed = names
+    for listing in range(2):
+        for name in listed:
+            restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest, whole)
             if restored is not None:
                 done.append(restored)
                 progress(restored)
-        names = await board_names(archive, board)
-        if swapped.issuperset(names):
-            break
-    else:
-        raise lowering.RestoreInterrupted(
-            f"the archive of topic {topic} gained boards at each of {LISTINGS} listings: no lost checkpoint was "
-            "written; run the restore again once the archiver slowed down"
-        )
-    # 2. each swap lowered them again, in its own step; once more to the lowest every board's snapshot named, and
-    # now (a whole restore, whose run token shows Redis lost nothing meanwhile) where Redis holds none too
+        if listing == 0:
+            again, args = await _listing(archive, redis, topic, board)
+            lowest.add(args, swapped=False)
+            listed = [n for n in again if n not in names]
+    # each swap lowered them again, in its own step; once more, in one step: to the lowest every snapshot named, now
+    # (a whole restore, whose run token shows Redis lost none of its swaps) where Redis holds none too, and a
+    # partition some snapshot lacked down to none where Redis holds it (archive.lowering.Lowest, _FINISH)
     final = lowest.triples()
-    if board is None:
-        await lowering.finish(redis, topic, run, final)
-    elif final:
-        await lowering.lower(redis, topic, final, fill=False)
+    if whole is not None:
+        await whole.finish(redis, final)
+    else:
+        await lowering.finish(redis, topic, final, lowest.swaps)
     return done

@@ -56,10 +56,10 @@ _SWAP = Script(
     + f"""
 local archived, expire_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local kinds = {len(_KINDS)}  -- KEYS[1..kinds]: the live keys in _KINDS order; KEYS[i + kinds]: the twin of KEYS[i]
-local live_meta, staged_applied, staged_meta = KEYS[3], KEYS[2 + kinds], KEYS[3 + kinds]
+local live_meta, staged_board, staged_applied, staged_meta = KEYS[3], KEYS[1 + kinds], KEYS[2 + kinds], KEYS[3 + kinds]
 local ckpt_key = KEYS[2 * kinds + 1]  -- nil on a Redis Cluster, whose swap has no triples to lower
 if redis.call('EXISTS', staged_applied, staged_meta) == 0 then return redis.error_reply('staged board expired') end
-lower(ckpt_key, 4, 'lower', '', 0, ARGV[3] == '1')
+lower(ckpt_key, ARGV, 4, 'lower', '', 0, ARGV[3] == '1')
 if archived >= 0 then
   local live = tonumber(redis.call('HGET', live_meta, '{keys.META_VERSION}') or '0')
   redis.call('HSET', staged_meta, '{keys.META_VERSION}', math.max(live, archived) + 1)
@@ -73,6 +73,8 @@ for i = 1, kinds do
     redis.call('DEL', live_key)
   end
 end
+local token = KEYS[2 * kinds + 2]  -- a whole restore's run token (one server only): names this swap, if it exists
+if token and redis.call('EXISTS', token) == 1 then redis.call('SADD', token, staged_board) end
 return 1
 """
 )
@@ -123,6 +125,7 @@ async def swap(
     wait_s: float | None = None,
     *,
     fill: bool = True,
+    token: str | None = None,
 ) -> None:
     """Swap the staged ``twin`` (of the staging ``run``) in over ``live``. ``args``: the archived version (-1: a
     seasonal board's own meta) and when the keys expire (ms, 0: never); ``lowered``: (partition, checkpoint, epoch)
@@ -133,20 +136,25 @@ async def swap(
     restoring, held by ``run`` (waiting up to ``wait_s``, default ``MARK_WAIT_S``, while another run holds a mark, then
     :class:`archive.lowering.RestoreBusy`): until the second clears it (a failed swap, or a first lowering whose
     reply was lost, too), no worker moves those checkpoints, so none that resynchronised in between resumes past
-    what the swapped board holds (docs/archive.md)."""
+    what the swapped board holds (docs/archive.md). ``token``: a whole restore's run token, which the swap counts
+    (:class:`archive.lowering.WholeRestore`): in the same script on one server, right after it on a cluster."""
     flagged = [*args, "1" if fill else "0"]
     if not isinstance(redis, RedisCluster):
-        await _SWAP(redis, [*live, *twin, keys.checkpoint_key(topic)], [*flagged, *lowered])
+        await _SWAP(
+            redis, [*live, *twin, keys.checkpoint_key(topic), *([token] if token else [])], [*flagged, *lowered]
+        )
         return
     if not lowered:
         await _SWAP(redis, [*live, *twin], flagged)
-        return
-    try:
-        # inside the try: a reply lost after the marking lowering ran (a timeout) must still clear its mark
-        await lowering.hold(redis, topic, lowered, run, wait_s, fill=fill)
-        await _SWAP(redis, [*live, *twin], flagged)
-    finally:
-        await lowering.clear(redis, topic, lowered, run, fill=fill)
+    else:
+        try:
+            # inside the try: a reply lost after the marking lowering ran (a timeout) must still clear its mark
+            await lowering.hold(redis, topic, lowered, run, wait_s, fill=fill)
+            await _SWAP(redis, [*live, *twin], flagged)
+        finally:
+            await lowering.clear(redis, topic, lowered, run, fill=fill)
+    if token:
+        await lowering.count_swap(redis, token, twin[0])
 
 
 async def stage_players(redis: Client, twin: Sequence[str], definition: BoardDef, rows: Sequence[Any]) -> None:

@@ -278,3 +278,102 @@ async def test_the_first_window_of_a_partition_archived_after_the_first_lowering
     async with Archive(postgres_url) as archive:
         await restore.restore(archive, redis_client, topic, None, lambda _: None)
     assert await redis_client.hmget(keys.checkpoint_key(topic), ["0", "1"]) == [b"9", b"5"]
+
+
+async def test_redis_restarting_from_a_state_before_the_last_swap_writes_no_lost_checkpoint(
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis restarts from an RDB or AOF written between a's swap and b's: what it keeps is what it held then
+    (b's swap gone, the run token naming a's swap only). The token must tell: no lost checkpoint written."""
+    topic = "scores"
+    await _archive_two_boards(postgres_url, topic, 9)
+    real = staging.swap
+    token: list[str] = []
+
+    async def swap(redis: Any, topic_: str, live: Sequence[str], *args: Any, **kwargs: Any) -> None:
+        if list(live) == staging.live_keys("a"):
+            token.extend([k.decode() async for k in redis.scan_iter(match="*:restore:*")])
+        await real(redis, topic_, live, *args, **kwargs)
+        if list(live) == staging.live_keys("b"):  # the state of the restart: b not swapped, the token naming a's
+            await redis.delete(*live)
+            named = await redis.smembers(token[0])
+            await redis.srem(token[0], *(m for m in named if m.startswith(keys.board_key("b").encode())))
+
+    monkeypatch.setattr(staging, "swap", swap)
+    async with Archive(postgres_url) as archive:
+        with pytest.raises(lowering.RestoreInterrupted):
+            await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    assert await redis_client.hget(keys.checkpoint_key(topic), "0") is None
+
+
+@pytest.mark.parametrize("during", ["a", "b"])
+async def test_a_partition_first_checkpointed_during_a_board_copy_comes_down_to_none(
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch, during: str
+) -> None:
+    """Partition 1 is not halted (its log starts at 0): while board ``during`` is copied, a worker applies its
+    offsets 0..3 to the live board and writes its first checkpoint, 3 (during a's copy the archiver its own too).
+    That board's snapshot lacked the partition, so the swapped board holds none of those events: the checkpoint
+    must come down to none (replay from the start), not stay at 3 (the board would never get them). During b's
+    copy, the last board's, no snapshot names the partition at all, and only the last lowering can see it."""
+    topic = "scores"
+    await _archive_two_boards(postgres_url, topic, 9)
+    field1 = keys.watermark_field(topic, 1, 0)
+    real = restore._copy_players
+
+    async def copy_players(conn: Any, redis: Any, board: str, *args: Any) -> int:
+        players = await real(conn, redis, board, *args)
+        if board == during:
+            await redis.hset(keys.checkpoint_key(topic), "1", 3)
+            if during == "a":
+                await _sql(
+                    postgres_url,
+                    f"INSERT INTO hb_watermarks VALUES ('b', '{field1}', 3)",
+                    f"INSERT INTO hb_checkpoints (topic, partition, checkpoint) VALUES ('{topic}', 1, 3)",
+                )
+        return players
+
+    monkeypatch.setattr(restore, "_copy_players", copy_players)
+    async with Archive(postgres_url) as archive:
+        await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    assert await redis_client.hmget(keys.checkpoint_key(topic), ["0", "1"]) == [b"9", str(NO_WATERMARK).encode()]
+
+
+async def test_a_board_archived_after_the_second_listing_is_below_no_written_checkpoint(
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archive holds a checkpoint (9) and no board at the first listing; board y is archived before the second
+    listing, board x (moving the checkpoint to 19) right after it, before y is read. x is not restored, so the
+    checkpoint written must be no higher than the second listing's 9: x's events up to 19 replay."""
+    topic = "scores"
+    await _archive_two_boards(postgres_url, topic, 9)
+    await _sql(postgres_url, "DELETE FROM hb_boards", "DELETE FROM hb_scores", "DELETE FROM hb_watermarks")
+    field = keys.watermark_field(topic, 0, 0)
+    real_names, real_listing = restore.board_names, restore._listing
+
+    async def board_names(archive: Archive, board: str | None) -> list[str]:
+        names = await real_names(archive, board)
+        await _sql(
+            postgres_url,
+            f"INSERT INTO hb_boards (board, spec, version) VALUES ('y', '{DEFAULT.spec}', 1)",
+            "INSERT INTO hb_scores VALUES ('y', 'p', 3, NULL, NULL)",
+            f"INSERT INTO hb_watermarks VALUES ('y', '{field}', 9)",
+        )
+        return names
+
+    async def listing(archive: Archive, *args: Any) -> tuple[list[str], list[Any]]:
+        out = await real_listing(archive, *args)
+        await _sql(
+            postgres_url,
+            f"INSERT INTO hb_boards (board, spec, version) VALUES ('x', '{DEFAULT.spec}', 1)",
+            "INSERT INTO hb_scores VALUES ('x', 'p', 4, NULL, NULL)",
+            f"INSERT INTO hb_watermarks VALUES ('x', '{field}', 19)",
+            "UPDATE hb_checkpoints SET checkpoint = 19",
+        )
+        return out
+
+    monkeypatch.setattr(restore, "board_names", board_names)
+    monkeypatch.setattr(restore, "_listing", listing)
+    async with Archive(postgres_url) as archive:
+        done = await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    assert [d.board for d in done] == ["y"]
+    assert await redis_client.hget(keys.checkpoint_key(topic), "0") == b"9"

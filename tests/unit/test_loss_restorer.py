@@ -99,3 +99,40 @@ async def test_no_restore_runs_while_the_archive_holds_none_of_the_halted_partit
         return []
 
     assert await _ticks(monkeypatch, nothing, {1}, 1) == (0, 1)
+
+
+async def test_a_restore_that_left_a_lost_checkpoint_unwritten_keeps_the_partition_owed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The restore completed, but partition 0's checkpoint is still absent (a board's snapshot lacked it): its halt
+    is not lifted, it is not counted as restored (so not given up on), and it is tried again after a backoff."""
+    lifted: list[int] = []
+
+    async def restored(*_: Any) -> list[Any]:
+        return []
+
+    async def archived(*_: Any) -> set[int]:
+        return {0}
+
+    async def positions(_: Any) -> tuple[dict[int, int], dict[int, tuple[str, int]]]:
+        return {}, {0: ("redis_lost", -1)}
+
+    async def lift(p: int, *_: Any) -> int:
+        lifted.append(p)
+        return 0
+
+    monkeypatch.setattr(redis_loss, "restore", restored)
+    monkeypatch.setattr(redis_loss, "Archive", _no_archive)
+    monkeypatch.setattr(redis_loss, "archived_partitions", archived)
+    settings = WorkerSettings(postgres="postgresql://127.0.0.1/none", on_redis_loss="restore", halt_recheck_s=30)
+    restorer = redis_loss.LossRestorer(settings, None)
+    monkeypatch.setattr(restorer._halts, "load_positions", positions)
+    monkeypatch.setattr(restorer._halts, "lift_halt", lift)
+    try:
+        restorer.note(HALTED)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert (restorer.restores, restorer.failures, lifted) == (1, 1, [])
+        assert restorer._owed == {0} and restorer._tried == set()
+    finally:
+        await restorer.close()
