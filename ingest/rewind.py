@@ -169,6 +169,9 @@ async def rewinds_for(sink: Sink, wanted: Sequence[Positioning], metrics: Worker
             if view is None:  # unanswered: failed, never guessed
                 view = LookupError(f"partition {w.state.partition}: the rewind read did not answer it")
             out[asked[j]] = view if isinstance(view, Exception) else _resumed(w, e, view, gen, epoch, metrics)
+    for result in out:
+        if isinstance(result, Exception) and not isinstance(result, TRANSIENT):
+            raise result  # a bug, not an outage (a read left unanswered, say): it ends the worker (ingest/errors.py)
     return out
 
 

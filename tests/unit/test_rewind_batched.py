@@ -120,6 +120,17 @@ async def test_a_partition_whose_read_failed_waits_for_the_next_round_and_the_ot
     assert consumer.seeks[-1] == (TopicPartition("scores", 2), 101), "the rewind decided on a real read"
 
 
+async def test_a_failure_that_is_no_outage_ends_the_positioning_instead_of_waiting_forever() -> None:
+    """An error that is not Redis's, the network's or Kafka's (a bug: a read left unanswered, a value no reply
+    holds) must not leave its partition paused and retried forever: it ends the round, as ingest/errors.py has
+    every such error end the worker."""
+    sink = _CountedCluster()
+    assignment, _ = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
+    sink.held[(2, "c")] = ValueError("not a reply any Redis sends")
+    with pytest.raises(ValueError, match="not a reply"):
+        await assignment.position(assignment.waiting())
+
+
 async def test_a_read_that_raised_fails_its_batch_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rewind_read, "REWIND_CHUNK", 5)  # three boards each: one partition per batch
     sink = _CountedCluster()
