@@ -41,7 +41,7 @@ RESTORABLE = frozenset({HaltReason.REDIS_LOST, HaltReason.RETENTION_LOST})
 
 class ArchiveBehind(RuntimeError):
     """The archive has applied no event of the halted partitions yet: a restore would write no checkpoint of
-    theirs (archive.lowering.Lowest), so none runs until the archiver has (looked at again after a backoff)."""
+    theirs (archive.restore_run.Lowest), so none runs until the archiver has (looked at again after a backoff)."""
 
 
 def restores(settings: WorkerSettings) -> bool:
@@ -65,7 +65,7 @@ class LossRestorer:
         # Partitions whose restore failed part-way: its lowerings may have lowered checkpoints Redis still held
         # (a retention_lost halt's), which lifts those halts at the worker's next look (the checkpoint changed), so
         # they are retried whether or not they are still halted, until one restore completes. (A checkpoint Redis
-        # lost is written only by a restore that completed: archive.lowering.Lowest.)
+        # lost is written only by a restore that completed: archive.restore_run.Lowest.)
         self._owed: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self._backoff = Backoff(settings.halt_recheck_s, max(settings.halt_recheck_s, RETRY_CAP_S))

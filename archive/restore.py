@@ -8,7 +8,7 @@ the archived one: a reader's cache keyed by version never serves the old board f
 
 The topic's checkpoints are lowered to the archive's before the swaps, by each swap (in its script, to the
 checkpoints of the snapshot the board was read from) and once more after them (where Redis holds none, as a lost
-Redis does, only by that last lowering of a whole restore: :class:`archive.lowering.Lowest`): a worker whose
+Redis does, only by that last lowering of a whole restore: :class:`archive.restore_run.Lowest`): a worker whose
 checkpoint move is refused, or that is fenced on a swapped board, resynchronises, and replays from no later than the
 archive's checkpoint the tail the restored boards lack (their watermarks skip what they hold). Each lowering bumps
 the partition's restore generation, which the move compares: it is refused even where the checkpoint was no higher.
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from archive import lowering, staging
+from archive import lowering, restore_run, staging
 from archive.pool import Archive
 from flusher.batch import NO_WATERMARK
 from hotboard import keys
@@ -96,7 +96,7 @@ async def _checkpoint_args(conn: Any, redis: Client, topic: str) -> list[Any]:
     return args
 
 
-async def lower_checkpoints(archive: Archive, redis: Client, topic: str, lowest: lowering.Lowest) -> None:
+async def lower_checkpoints(archive: Archive, redis: Client, topic: str, lowest: restore_run.Lowest) -> None:
     """The first lowering: to the archive's checkpoints, only where Redis holds one (see :class:`Lowest`)."""
     async with archive.connection() as conn:
         args = await _checkpoint_args(conn, redis, topic)
@@ -121,13 +121,13 @@ async def restore_board(
     board: str,
     now_ms: int,
     copied: Callable[[Copied], None] | None = None,
-    lowest: lowering.Lowest | None = None,
-    whole: lowering.WholeRestore | None = None,
+    lowest: restore_run.Lowest | None = None,
+    whole: restore_run.WholeRestore | None = None,
 ) -> Restored | None:
     """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired.
     ``copied`` hears each chunk of players staged; ``lowest`` the checkpoints of the snapshot it was read from
-    (its swap lowers only those Redis holds: see :class:`archive.lowering.Lowest`); ``whole`` counts its swap."""
-    lowest = lowering.Lowest() if lowest is None else lowest
+    (its swap lowers only those Redis holds: see :class:`archive.restore_run.Lowest`); ``whole`` counts its swap."""
+    lowest = restore_run.Lowest() if lowest is None else lowest
     live, run = staging.live_keys(board), staging.run_token()
     twin = staging.staging_keys(live, run)
     async with archive.connection() as conn:
@@ -176,8 +176,8 @@ async def _restore_deleted(
     live: list[str],
     twin: list[str],
     run: str,
-    lowest: lowering.Lowest,
-    whole: lowering.WholeRestore | None,
+    lowest: restore_run.Lowest,
+    whole: restore_run.WholeRestore | None,
 ) -> None:
     """A deleted board: only its watermarks (and deleted version) come back, every other key of it goes."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
@@ -250,12 +250,12 @@ async def restore(
     Redis holds none of (a lost Redis's: lifting its halts), once every board is in: one board restored must not
     let a partition resume while the others are still empty."""
     now_ms = int(time.time() * 1000)
-    whole = lowering.WholeRestore(topic, staging.run_token()) if board is None else None
+    whole = restore_run.WholeRestore(topic, staging.run_token()) if board is None else None
     if whole is not None:
         await whole.begin(redis)
     names = await board_names(archive, board)
     # 1. checkpoints no higher than the archive's: a running worker resynchronises and replays the tail
-    lowest = lowering.Lowest()
+    lowest = restore_run.Lowest()
     await lower_checkpoints(archive, redis, topic, lowest)
     done: list[Restored] = []
     # The names once more after the swaps, with the checkpoints of the same snapshot (counted as one): a board the
@@ -275,10 +275,10 @@ async def restore(
             listed = [n for n in again if n not in names]
     # each swap lowered them again, in its own step; once more, in one step: to the lowest every snapshot named, now
     # (a whole restore, whose run token shows Redis lost none of its swaps) where Redis holds none too, and a
-    # partition some snapshot lacked down to none where Redis holds it (archive.lowering.Lowest, _FINISH)
+    # partition some snapshot lacked down to none where Redis holds it (archive.restore_run.Lowest, _FINISH)
     final = lowest.triples()
     if whole is not None:
         await whole.finish(redis, final)
     else:
-        await lowering.finish(redis, topic, final, lowest.swaps)
+        await restore_run.finish(redis, topic, final, lowest.swaps)
     return done

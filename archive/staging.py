@@ -21,7 +21,7 @@ from typing import Any
 from hiredis import pack_command
 from redis.asyncio import RedisCluster
 
-from archive import lowering
+from archive import lowering, restore_run
 from flusher import wire
 from hotboard import earliest, keys
 from hotboard.boards import BoardDef, to_hash
@@ -137,7 +137,7 @@ async def swap(
     :class:`archive.lowering.RestoreBusy`): until the second clears it (a failed swap, or a first lowering whose
     reply was lost, too), no worker moves those checkpoints, so none that resynchronised in between resumes past
     what the swapped board holds (docs/archive.md). ``token``: a whole restore's run token, which the swap counts
-    (:class:`archive.lowering.WholeRestore`): in the same script on one server, right after it on a cluster."""
+    (:class:`archive.restore_run.WholeRestore`): in the same script on one server, right after it on a cluster."""
     flagged = [*args, "1" if fill else "0"]
     if not isinstance(redis, RedisCluster):
         await _SWAP(
@@ -154,7 +154,7 @@ async def swap(
         finally:
             await lowering.clear(redis, topic, lowered, run, fill=fill)
     if token:
-        await lowering.count_swap(redis, token, twin[0])
+        await restore_run.count_swap(redis, token, twin[0])
 
 
 async def stage_players(redis: Client, twin: Sequence[str], definition: BoardDef, rows: Sequence[Any]) -> None:

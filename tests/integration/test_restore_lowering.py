@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from redis.asyncio import Redis
 
-from archive import lowering, restore, schema, staging
+from archive import lowering, restore, restore_run, schema, staging
 from archive.pool import Archive
 from flusher.batch import NO_WATERMARK
 from flusher.redis_sink import RedisSink
@@ -213,7 +213,7 @@ async def test_redis_losing_data_between_the_swaps_writes_no_lost_checkpoint(
     monkeypatch.setattr(staging, "swap", swap)
     ckpt = keys.checkpoint_key(topic)
     async with Archive(postgres_url) as archive:
-        with pytest.raises(lowering.RestoreInterrupted):
+        with pytest.raises(restore_run.RestoreInterrupted):
             await restore.restore(archive, redis_client, topic, None, lambda _: None)
         assert await redis_client.hget(ckpt, "0") is None, "the lost checkpoint was written with a gone"
         monkeypatch.setattr(staging, "swap", real)
@@ -266,7 +266,7 @@ async def test_the_first_window_of_a_partition_archived_after_the_first_lowering
     field1 = keys.watermark_field(topic, 1, 0)
     real = restore.lower_checkpoints
 
-    async def lower_checkpoints(archive: Archive, redis: Any, topic_: str, lowest: lowering.Lowest) -> None:
+    async def lower_checkpoints(archive: Archive, redis: Any, topic_: str, lowest: restore_run.Lowest) -> None:
         await real(archive, redis, topic_, lowest)
         await _sql(
             postgres_url,
@@ -301,7 +301,7 @@ async def test_redis_restarting_from_a_state_before_the_last_swap_writes_no_lost
 
     monkeypatch.setattr(staging, "swap", swap)
     async with Archive(postgres_url) as archive:
-        with pytest.raises(lowering.RestoreInterrupted):
+        with pytest.raises(restore_run.RestoreInterrupted):
             await restore.restore(archive, redis_client, topic, None, lambda _: None)
     assert await redis_client.hget(keys.checkpoint_key(topic), "0") is None
 

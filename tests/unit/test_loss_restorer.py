@@ -1,5 +1,5 @@
 """The worker's own restore on a loss (:class:`archive.redis_loss.LossRestorer`) against its failures, and the
-checkpoints a whole restore may write where Redis lost them (:class:`archive.lowering.Lowest`): pure, no servers."""
+checkpoints a whole restore may write where Redis lost them (:class:`archive.restore_run.Lowest`): pure, no servers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from archive import redis_loss
-from archive.lowering import Lowest
+from archive.restore_run import Lowest
 from ingest.partitions import Halt, HaltReason
 from ingest.settings import WorkerSettings
 
