@@ -258,21 +258,22 @@ async def restore(
     lowest = restore_run.Lowest()
     await lower_checkpoints(archive, redis, topic, lowest)
     done: list[Restored] = []
+
     # The names once more after the swaps, with the checkpoints of the same snapshot (counted as one): a board the
     # archiver created after the first listing may hold events a snapshot's checkpoint covers (its window moved
     # it), so it is swapped in before that checkpoint is written; one created after this listing holds only events
     # past this snapshot's checkpoint, which the one written is no higher than: they replay.
-    listed = names
-    for listing in range(2):
+    async def swap_in(listed: list[str]) -> None:
         for name in listed:
             restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest, whole)
             if restored is not None:
                 done.append(restored)
                 progress(restored)
-        if listing == 0:
-            again, args = await _listing(archive, redis, topic, board)
-            lowest.add(args, swapped=False)
-            listed = [n for n in again if n not in names]
+
+    await swap_in(names)
+    again, args = await _listing(archive, redis, topic, board)
+    lowest.add(args, swapped=False)
+    await swap_in([n for n in again if n not in names])
     # each swap lowered them again, in its own step; once more, in one step: to the lowest every snapshot named, now
     # (a whole restore, whose run token shows Redis lost none of its swaps) where Redis holds none too, and a
     # partition some snapshot lacked down to none where Redis holds it (archive.restore_run.Lowest, _FINISH)
