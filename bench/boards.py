@@ -45,7 +45,9 @@ from hotboard import board_store, keys, lua
 from hotboard.boards import DEFAULT
 from hotboard.codec import Decoder
 from hotboard.script import Script
+from ingest import gc_pacing
 from ingest.pending import Window
+from ingest.settings import WorkerSettings
 
 
 def rss_mib() -> float:
@@ -319,10 +321,13 @@ async def breakdown(url: str, args: argparse.Namespace) -> None:
         board_layouts.PerGroup,
         board_layouts.PerGroupPrev,
         board_layouts.ProductGroup,
+        board_layouts.ProductGroupVersion,
     ]
     entries = [(name, partial(run_shipped, redis, rounds, cuts)) for name, cuts in VARIANTS.items()]
     entries += [(layout.name, partial(run_layout, redis, rounds, layout)) for layout in layouts]
-    for pass_no in (1, 2):  # twice, interleaved: this machine drifts
+    if args.only:
+        entries = [(name, run) for name, run in entries if any(name.startswith(o) for o in args.only)]
+    for pass_no in range(1, args.passes + 1):  # interleaved: this machine drifts
         for name, run in entries:
             await redis.flushall()
             floor = await run_floor(redis, rounds)
@@ -343,12 +348,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--breakdown", action="store_true", help="FLUSH without parts of its bookkeeping, and other layouts"
     )
+    ap.add_argument(
+        "--only", action="append", default=[], help="--breakdown: only the variants whose name starts so (repeatable)"
+    )
+    ap.add_argument("--passes", type=int, default=2, help="--breakdown: interleaved passes over the variants")
     ap.add_argument("--cluster", action="store_true", help="then the same window and one hot board on a cluster")
     ap.add_argument("--hot-events", type=int, default=300_000, help="--cluster: events per window of the hot board")
     ap.add_argument("--hot-players", type=int, default=30_000, help="--cluster: players of the hot board")
     ap.add_argument("--hot-windows", type=int, default=3, help="--cluster: windows of the hot board")
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
+    # the worker's pace of the cyclic collector (ingest/gc_pacing.py): at the interpreter's, building a window's
+    # 100,000 per-board objects runs collections that walk every batch alive, which no worker pays
+    pace = gc_pacing.worker_pace(WorkerSettings.model_fields["max_poll_records"].default)
+    with pace, tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(free_port(), Path(tmp), appendonly=False)
         server.start()
         try:

@@ -1,6 +1,6 @@
 """Where a candidate layout's flush spends its wall time: ``python -m bench.flush_timeline``.
 
-For layout (d) and (b) of :mod:`bench.board_layouts` (100,000 boards x 3 players, the update window), prints
+For layouts (b), (d), (e) and (f) of :mod:`bench.board_layouts` (100,000 boards x 3 players, the update window), prints
 when the last packed command went out, when the last reply came back, and the whole flush, measured around
 :mod:`flusher.wire`'s writes and reads: packing overlaps Redis, the rest (waiting for Redis's tail, building the
 per-board results) does not.
@@ -18,6 +18,8 @@ from bench import board_layouts
 from bench.boards import fold, records, script_seconds
 from bench.scratch import on_scratch_redis
 from flusher import wire
+from ingest import gc_pacing
+from ingest.settings import WorkerSettings
 
 _write, _replies = wire._write, wire._replies
 
@@ -40,7 +42,13 @@ async def main_async(url: str, boards: int) -> None:
     for text in board_layouts.SCRIPTS:
         await redis.script_load(text)
     rounds = [fold(records(boards, 3, 8, r), boards).batches(4000) for r in (0, 1)]
-    for make in (board_layouts.PerGroup, board_layouts.PerCall):
+    layouts: list[type[board_layouts.Layout]] = [
+        board_layouts.PerGroup,
+        board_layouts.PerCall,
+        board_layouts.ProductGroup,
+        board_layouts.ProductGroupVersion,
+    ]
+    for make in layouts:
         await redis.flushall()
         layout = make()
         for name, batches in zip(("first window", "update window"), rounds, strict=True):
@@ -57,7 +65,8 @@ async def main_async(url: str, boards: int) -> None:
 
 
 def main() -> int:
-    on_scratch_redis(lambda url: main_async(url, 100_000))
+    with gc_pacing.worker_pace(WorkerSettings.model_fields["max_poll_records"].default):  # as bench.boards
+        on_scratch_redis(lambda url: main_async(url, 100_000))
     return 0
 
 
