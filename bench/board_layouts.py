@@ -19,13 +19,8 @@ docs/benchmarks.md, "Many small boards").
   HSET per slot, and per board the ZINCRBYs and one HSET.
 - **(d) (c) with groups of about 1,000 boards**, one node only (the group is a hash of the name, not the slot).
   (c) and (d) are lower bounds: their scripts leave out the expiry, the spec check, the epoch and the version rule.
-- **(e) the product's FLUSH_GROUP** (:mod:`hotboard.lua_groups`) on (d)'s groups, packed by its own caller: the
-  figure (d) is the floor of.
-- **(f) (e) with the group's version** instead of each board's meta: FLUSH_GROUP with the per-board HGET and HSET
-  of ``version``, ``prev`` and ``as_of`` cut, and ``as_of`` written once in the group hash. Every board of a call
-  takes the group's new version. What it would cost the readers: a group board's version and ``as_of`` are its
-  group's (readers, their caches and feeds see every board of the group change with any one of them, and
-  ``?wait=true`` answers ``exact: false`` for most group boards).
+- **(e) the product's FLUSH_GROUP** (:mod:`hotboard.lua_groups`) on (d)'s groups, packed by its own caller. Its
+  boards take the group's version and ``as_of`` (no per-board meta write), so its floor is (b)'s, not (d)'s.
 
 All do the shipped FLUSH's saturation check (totals held at +-MAX_EXACT) and answer what the sink would need.
 """
@@ -502,14 +497,13 @@ class PerGroupPrev(PerGroup):
 
 class ProductGroup:
     """(e): the product's own FLUSH_GROUP (:mod:`hotboard.lua_groups`, through :mod:`hotboard.group_flush`) on
-    (d)'s groups: what (d) leaves out is in it (the epoch and layout stamp, the two EXISTS over the boards'
-    applied and definition hashes, the spec marker at a board's first write, max(meta version, group version) + 1
-    read per board with ``prev``, the expiry check). Its boards are undeclared: the first window marks each one's
-    definition, the update window sends them as marked (no spec read)."""
+    (d)'s groups: what (d) leaves out is in it (the epoch and layout stamp, the EXISTS over the boards' applied,
+    definition and meta hashes, the spec marker at a board's first write, the expiry check), and what (d) keeps per
+    board it keeps once per group (the version and ``as_of``). Its boards are undeclared: the first window marks
+    each one's definition, the update window sends them as marked (no spec read)."""
 
     name = "(e) FLUSH_GROUP, the product's script"
     prefix = "hb"
-    script = group_flush.SCRIPT
 
     def __init__(self) -> None:
         self.marks: dict[tuple[int, int], int] = {}  # (group, partition) -> the group's watermark
@@ -542,7 +536,7 @@ class ProductGroup:
                     str(g), {fields[p]: (marks.get((g, p), -1), off) for p, off in new.items()}, boards, layout=stamp
                 )
                 windows.append(window)
-                yield self.script.packed(*group_flush.command_parts(window))
+                yield group_flush.SCRIPT.packed(*group_flush.command_parts(window))
 
         replies = await wire.stream(redis, commands())
         results: list[BoardResult] = []
@@ -561,37 +555,4 @@ class ProductGroup:
         return seconds, results
 
 
-#: (f)'s cuts of FLUSH_GROUP: the text removed and what stands in for it (asserted present, so a changed script
-#: fails the bench instead of measuring something else).
-GROUP_VERSION_CUTS = (
-    (
-        "    local prev = tonumber(redis.call('HGET', meta_key, 'version') or '0')\n"
-        "    version = math.max(prev, group_version) + 1\n"
-        "    if version > top then top = version end\n"
-        "    redis.call('HSET', meta_key, 'version', version, 'prev', prev, 'as_of', now)\n",
-        "    version = group_version + 1\n    top = version\n",
-    ),
-    (
-        "marks[2 * n + 3], marks[2 * n + 4] = 'layout', stamp\n",
-        "marks[2 * n + 3], marks[2 * n + 4] = 'layout', stamp\nmarks[2 * n + 5], marks[2 * n + 6] = 'as_of', now\n",
-    ),
-)
-
-
-def _cut(text: str, cuts: tuple[tuple[str, str], ...]) -> str:
-    for old, new in cuts:
-        assert old in text, f"FLUSH_GROUP changed: {old!r} is gone, update bench.board_layouts"
-        text = text.replace(old, new)
-    return text
-
-
-class ProductGroupVersion(ProductGroup):
-    """(f): (e) with the group's version and ``as_of`` instead of each board's meta (:data:`GROUP_VERSION_CUTS`),
-    packed by the product's caller. Measures what the per-board meta costs the group flush; the readers would have
-    to read a group board's version from its group."""
-
-    name = "(f) FLUSH_GROUP with the group's version"
-    script = Script(_cut(group_flush.SCRIPT.text, GROUP_VERSION_CUTS))
-
-
-SCRIPTS = (*SCRIPTS, group_flush.SCRIPT.text, ProductGroupVersion.script.text)
+SCRIPTS = (*SCRIPTS, group_flush.SCRIPT.text)

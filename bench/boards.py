@@ -321,7 +321,6 @@ async def breakdown(url: str, args: argparse.Namespace) -> None:
         board_layouts.PerGroup,
         board_layouts.PerGroupPrev,
         board_layouts.ProductGroup,
-        board_layouts.ProductGroupVersion,
     ]
     entries = [(name, partial(run_shipped, redis, rounds, cuts)) for name, cuts in VARIANTS.items()]
     entries += [(layout.name, partial(run_layout, redis, rounds, layout)) for layout in layouts]

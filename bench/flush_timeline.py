@@ -1,6 +1,6 @@
 """Where a candidate layout's flush spends its wall time: ``python -m bench.flush_timeline``.
 
-For layouts (b), (d), (e) and (f) of :mod:`bench.board_layouts` (100,000 boards x 3 players, the update window), prints
+For layouts (b), (d) and (e) of :mod:`bench.board_layouts` (100,000 boards x 3 players, the update window), prints
 when the last packed command went out, when the last reply came back, and the whole flush, measured around
 :mod:`flusher.wire`'s writes and reads: packing overlaps Redis, the rest (waiting for Redis's tail, building the
 per-board results) does not.
@@ -46,7 +46,6 @@ async def main_async(url: str, boards: int) -> None:
         board_layouts.PerGroup,
         board_layouts.PerCall,
         board_layouts.ProductGroup,
-        board_layouts.ProductGroupVersion,
     ]
     for make in layouts:
         await redis.flushall()

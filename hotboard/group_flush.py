@@ -72,8 +72,8 @@ class GroupOutcome(StrEnum):
 @dataclass(frozen=True, slots=True)
 class GroupResult:
     outcome: GroupOutcome
-    #: APPLIED: each board's new version, in the window's order (0: skipped, past its expiry), and its totals held
-    #: at +-MAX_EXACT.
+    #: APPLIED: each board's new version, in the window's order (the group's, one for the call; 0: skipped, past
+    #: its expiry), and its totals held at +-MAX_EXACT.
     versions: tuple[int, ...] = ()
     saturated: tuple[int, ...] = ()
     #: FENCED: watermark field -> the group's (-1: absent).
@@ -111,7 +111,9 @@ def _text(x: Any) -> str:
 def parse(window: GroupWindow, reply: Sequence[Any]) -> GroupResult:
     code = int(reply[0])
     if code == 0:
-        return GroupResult(GroupOutcome.APPLIED, tuple(map(int, reply[1::2])), tuple(map(int, reply[2::2])))
+        version, per_board = int(reply[1]), reply[2:]
+        versions = tuple(0 if s < 0 else version for s in per_board)
+        return GroupResult(GroupOutcome.APPLIED, versions, tuple(max(0, s) for s in per_board))
     if code == 1:
         return GroupResult(GroupOutcome.ALREADY_APPLIED)
     if code == -1:

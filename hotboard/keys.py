@@ -21,9 +21,6 @@ META_AS_OF = "as_of"
 #: Field of ``hb:{B}:applied`` kept by a deleted board: the delete's version (one past the board's: a delete is
 #: a step of the board), which a board written again goes on from (no watermark field is without a colon).
 APPLIED_DELETED_VERSION = "deleted_version"
-#: Field of ``hb:{B}:meta`` written by the group flush (:mod:`hotboard.lua_groups`): the version the board moved
-#: from, so that a reader can tell one step from several when versions are the group's (they step by more than one).
-META_PREV = "prev"
 #: Set on a seasonal board's own meta hash once a worker writes one of its periods: it is then written.
 META_PERIODS = "periods"
 
@@ -101,9 +98,11 @@ def watermark_field(topic: str, partition: int, epoch: int = 0) -> str:
 
 #: Groups of boards on one node (docs/group-bookkeeping.md): fixed forever, since a durable layout cannot regroup.
 GROUPS_ONE_NODE = 128
-#: Fields of a group hash besides its watermark fields (which always hold a colon): the largest version the group
-#: gave a board, the epoch every other writer under a board of the group steps, the layout stamp.
-GROUP_VERSION = "version"
+#: Fields of a group hash besides its watermark fields (which always hold a colon): the version and ``as_of`` of
+#: every board of the group that has no meta hash (named as the meta hash's fields: a reader reads the one or the
+#: other), the epoch every other writer under a board of the group steps, the layout stamp.
+GROUP_VERSION = META_VERSION
+GROUP_AS_OF = META_AS_OF
 GROUP_EPOCH = "epoch"
 GROUP_LAYOUT = "layout"
 #: Appended to a group board's stored ``spec`` at its first group write: no older worker's spec equals it, so

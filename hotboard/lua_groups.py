@@ -1,7 +1,7 @@
 """The group flush's Lua script (docs/group-bookkeeping.md, step 1): one window of many small boards of one group
-in one atomic step, fenced by the group's watermarks instead of each board's. Not used by the worker yet: the
-sink packs boards for :data:`hotboard.lua.FLUSH` until a later step flips the layout (:mod:`hotboard.group_flush`
-is its caller).
+in one atomic step, fenced by the group's watermarks instead of each board's, and versioned by the group's
+version instead of each board's meta. Not used by the worker yet: the sink packs boards for :data:`hotboard.lua.FLUSH`
+until a later step flips the layout (:mod:`hotboard.group_flush` is its caller).
 
 Every check comes before the first write (a script that returns early writes nothing), in this order:
 
@@ -17,24 +17,25 @@ Every check comes before the first write (a script that returns early writes not
 5. **The spec of declared boards** (read as ``2``): the stored one must be the folded one, marked or not:
    ``{-4, board index (1-based), stored spec}``.
 
-Then, per board: its definition marked (``<spec>#g2``: the shipped FLUSH then refuses the board) or seeded where
-it was absent, the ZINCRBYs held at +-MAX_EXACT, the meta version by the Lamport rule (max(meta version, group
-version) + 1: a group board has no applied hash, so no delete floor), ``prev`` (the version it moved from) and
-``as_of``, and, on a period board, PEXPIREAT on each of its keys without a TTL. Last, the group's new watermarks,
-its version (raised to the largest the call gave) and its stamp. Answers ``{0, version, saturated, ...}``: two
-numbers per board in call order (version 0: skipped, past its expiry).
+Then the call's one version: the group's + 1, and past any meta hash a board of the call still has (one EXISTS over
+them; a board written under the old layout, or by a per-board writer since): that meta hash is deleted, so a group
+board has none and its version and ``as_of`` are its group's (a reader reads a board's meta, else its group's;
+same field names). Per board: its definition marked (``<spec>#g2``: the shipped FLUSH then refuses the board) or
+seeded where it was absent, the ZINCRBYs held at +-MAX_EXACT, and, on a period board, PEXPIREAT on its sorted set
+and definition where they have no TTL. Last, the group's new watermarks, its stamp, and (when a board was written)
+its version and ``as_of``. Answers ``{0, version, saturated...}``: one number per board in call order (-1:
+skipped, past its expiry).
 """
 
 from __future__ import annotations
 
 from hotboard.keys import (
+    GROUP_AS_OF,
     GROUP_EPOCH,
     GROUP_LAYOUT,
     GROUP_SPEC_MARK,
     GROUP_VERSION,
     MAX_EXACT,
-    META_AS_OF,
-    META_PREV,
     META_VERSION,
 )
 
@@ -77,8 +78,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Walk the boards once: where each one's players start, its definition read and kind, which are past their
 -- expiry, the keys to check.
-local starts, reads, kinds, dead, absent, present = {{}}, {{}}, {{}}, {{}}, {{}}, {{}}
-local na, np, declared = 0, 0, false
+local starts, reads, kinds, dead, absent, present, metas = {{}}, {{}}, {{}}, {{}}, {{}}, {{}}, {{}}
+local na, np, nm, declared = 0, 0, 0, false
 local a, nb, last = kinds_at + 1 + 2 * tonumber(ARGV[kinds_at]), 0, #ARGV
 while a <= last do
   nb = nb + 1
@@ -91,8 +92,8 @@ while a <= last do
     dead[nb] = true
   else
     local k = 4 * nb - 2  -- KEYS[k]: the board's sorted set; k + 1 applied, k + 2 meta, k + 3 definition
-    na = na + 1
-    absent[na] = KEYS[k + 1]
+    na, nm = na + 1, nm + 1
+    absent[na], metas[nm] = KEYS[k + 1], KEYS[k + 2]
     if read == 0 then
       na = na + 1
       absent[na] = KEYS[k + 3]
@@ -122,14 +123,26 @@ for j = 1, declared and nb or 0 do
   end
 end
 
-local group_version = tonumber(held[n + 1] or '0')
-local top = group_version
-local out = {{0}}
+-- Every live board of the call takes one version: one past the group's, and past any meta hash a board still has
+-- (written under the old layout: its first group write deletes it, so the board reads its group's from then on).
+local version = tonumber(held[n + 1] or '0') + 1
+if nm > 0 and exists(metas) > 0 then
+  for j = 1, nb do
+    if not dead[j] then
+      local meta_key = KEYS[4 * j]
+      local own = tonumber(redis.call('HGET', meta_key, '{META_VERSION}') or '0')
+      if own >= version then version = own + 1 end
+      redis.call('DEL', meta_key)
+    end
+  end
+end
+local out = {{0, version}}
 for j = 1, nb do
   local k = 4 * j - 2
-  local board_key, meta_key, def_key = KEYS[k], KEYS[k + 2], KEYS[k + 3]
-  local version, saturated = 0, 0
+  local board_key, def_key = KEYS[k], KEYS[k + 3]
+  local saturated = -1
   if not dead[j] then
+    saturated = 0
     if reads[j] == 0 then  -- its first group write: the definition copy, marked (a period's seed, or the default)
       local want = specs[kinds[j]]
       local order, operator, ties = string.match(want, '^(%a+)/(%a+)/(%a+)')
@@ -145,26 +158,25 @@ for j = 1, nb do
         saturated = saturated + 1
       end
     end
-    local prev = tonumber(redis.call('HGET', meta_key, '{META_VERSION}') or '0')
-    version = math.max(prev, group_version) + 1
-    if version > top then top = version end
-    redis.call('HSET', meta_key, '{META_VERSION}', version, '{META_PREV}', prev, '{META_AS_OF}', now)
     local expire_ms = expiries[kinds[j]]
     if expire_ms > 0 then
-      for _, key in ipairs({{board_key, meta_key, def_key}}) do
+      for _, key in ipairs({{board_key, def_key}}) do
         if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, expire_ms) end
       end
     end
   end
-  out[2 * j], out[2 * j + 1] = version, saturated
+  out[j + 2] = saturated
 end
 local marks = {{}}
 for i = 0, n - 1 do
   local at = triples + 3 * i
   marks[2 * i + 1], marks[2 * i + 2] = ARGV[at], ARGV[at + 2]
 end
-marks[2 * n + 1], marks[2 * n + 2] = '{GROUP_VERSION}', top
-marks[2 * n + 3], marks[2 * n + 4] = '{GROUP_LAYOUT}', stamp
+marks[2 * n + 1], marks[2 * n + 2] = '{GROUP_LAYOUT}', stamp
+if nm > 0 then  -- a live board changed: the group's version and as_of are every group board's
+  marks[2 * n + 3], marks[2 * n + 4] = '{GROUP_VERSION}', version
+  marks[2 * n + 5], marks[2 * n + 6] = '{GROUP_AS_OF}', now
+end
 redis.call('HSET', group_key, unpack(marks))
 return out
 """

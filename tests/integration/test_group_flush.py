@@ -1,6 +1,7 @@
 """The group flush script (hotboard.lua_groups.FLUSH_GROUP) against a real redis-server: applied once, a replay
 recognised, fenced on a wrong watermark, refused on a moved epoch, another layout or an older tool's write, two
-partitions' owners side by side, versions by the Lamport rule, period boards expired and seeded."""
+partitions' owners side by side, one version per call (the group's, past any meta hash a board still has, which
+goes), period boards expired and seeded."""
 
 from __future__ import annotations
 
@@ -24,11 +25,6 @@ P0, P1 = keys.watermark_field("scores", 0), keys.watermark_field("scores", 1)
 async def _board(redis: Redis, board: str) -> dict[str, int]:
     rows = cast("list[tuple[bytes, float]]", await redis.zrange(keys.board_key(board), 0, -1, withscores=True))
     return {m.decode(): int(s) for m, s in rows}
-
-
-async def _meta(redis: Redis, board: str) -> dict[str, int]:
-    held = cast("dict[bytes, bytes]", await redis.hgetall(keys.meta_key(board)))
-    return {k.decode(): int(v) for k, v in held.items()}
 
 
 async def _group(redis: Redis, tag: str = "7") -> dict[str, str]:
@@ -55,16 +51,17 @@ async def test_a_window_applies_once_and_its_replay_is_recognised(redis_client: 
     first = await _applied(redis_client, window)
     assert first.versions == (1, 1) and first.saturated == (0, 0)
     assert await _board(redis_client, "a") == {"x": 5, "y": -2}
-    meta = await _meta(redis_client, "a")
-    assert meta["version"] == 1 and meta["prev"] == 0 and meta["as_of"] > 1_700_000_000_000
-    assert await _group(redis_client) == {P0: "9", P1: "4", "version": "1", "layout": keys.layout_stamp()}
+    group = await _group(redis_client)
+    assert int(group.pop("as_of")) > 1_700_000_000_000
+    assert group == {P0: "9", P1: "4", "version": "1", "layout": keys.layout_stamp()}
     assert not await redis_client.exists(keys.applied_key("a"), keys.applied_key("b"))
+    assert not await redis_client.exists(keys.meta_key("a"), keys.meta_key("b"))  # the group's version is theirs
     assert await redis_client.hget(keys.def_key("a"), "spec") == MARKED.encode()
 
     again = await flush_group(redis_client, window)  # the reply was lost: the same window once more
     assert again.outcome is GroupOutcome.ALREADY_APPLIED
     assert await _board(redis_client, "a") == {"x": 5, "y": -2}
-    assert (await _meta(redis_client, "a"))["version"] == 1
+    assert (await _group(redis_client))["version"] == "1"
 
     nxt = _window(
         {P0: (9, 12)},
@@ -75,6 +72,7 @@ async def test_a_window_applies_once_and_its_replay_is_recognised(redis_client: 
     assert second.versions == (2, 2) and second.saturated == (0, 2)
     assert await _board(redis_client, "b") == {"x": keys.MAX_EXACT, "z": 1, "w": -keys.MAX_EXACT}
     assert (await _group(redis_client))[P0] == "12"
+    assert (await _group(redis_client))["version"] == "2"
 
 
 async def test_a_wrong_expected_watermark_is_fenced_and_writes_nothing(redis_client: Redis) -> None:
@@ -85,7 +83,6 @@ async def test_a_wrong_expected_watermark_is_fenced_and_writes_nothing(redis_cli
     assert fenced.outcome is GroupOutcome.FENCED and fenced.current == {P0: 9}
     assert await _board(redis_client, "a") == {"x": 5}
     assert await _group(redis_client) == before
-    assert (await _meta(redis_client, "a"))["version"] == 1
 
 
 async def test_a_stepped_epoch_refuses_the_window_until_it_is_read_again(redis_client: Redis) -> None:
@@ -124,32 +121,34 @@ async def test_two_partitions_owners_do_not_fence_each_other(redis_client: Redis
     assert (group[P0], group[P1]) == ("40", "45")
 
 
-async def test_versions_rise_across_a_group_write_a_per_board_bump_and_another(redis_client: Redis) -> None:
-    """A group write, then ERASE (a per-board write that bumps the version by one and leaves ``prev``), then a
-    group write: strictly increasing, ``prev`` the version each write moved from; and the group's version is
-    raised past any board's, so a board behind it jumps past every version the group gave."""
-    await _applied(redis_client, _window({P0: (-1, 1)}, GroupBoard("a", {"x": 5, "y": 1}), GroupBoard("b", {"x": 1})))
-    meta_a = await _meta(redis_client, "a")
-    assert (meta_a["version"], meta_a["prev"]) == (1, 0)
+async def test_a_boards_own_meta_is_taken_into_the_groups_version_and_goes(redis_client: Redis) -> None:
+    """A board that still has a meta hash (written under the old layout, or by a per-board writer such as ERASE
+    since) joins its group's version: the call's version is past the board's own, so no reader sees a board's
+    version go back, and the meta hash goes (a reader then reads the group's)."""
+    await redis_client.hset(keys.meta_key("old"), mapping={"version": 7, "as_of": 1})
+    first = await _applied(redis_client, _window({P0: (-1, 1)}, GroupBoard("old", {"x": 1}), GroupBoard("b", {"x": 1})))
+    assert first.versions == (8, 8)
+    assert not await redis_client.exists(keys.meta_key("old"))
+    assert (await _group(redis_client))["version"] == "8"
 
-    erase = Script(lua_removal.ERASE)
-    a_keys = [keys.board_key("a"), keys.meta_key("a"), keys.def_key("a"), keys.player_meta_key("a")]
-    a_keys += [keys.members_key("a"), keys.dense_key("a"), keys.counts_key("a")]
-    assert int((await erase(redis_client, a_keys, ["y"]))[0]) == 1
-    assert (await _meta(redis_client, "a"))["version"] == 2
+    erase = Script(lua_removal.ERASE)  # a per-board writer that does not know the group (step 3 of the plan)
+    b_keys = [keys.board_key("b"), keys.meta_key("b"), keys.def_key("b"), keys.player_meta_key("b")]
+    b_keys += [keys.members_key("b"), keys.dense_key("b"), keys.counts_key("b")]
+    assert int((await erase(redis_client, b_keys, ["x"]))[0]) == 1
+    await redis_client.hset(keys.meta_key("b"), "version", 20)  # as if the board's own versions ran ahead
 
     marked = DefRead.MARKED
     window = _window(
-        {P0: (1, 2)}, GroupBoard("a", {"x": 1}, definition=marked), GroupBoard("b", {"x": 1}, definition=marked)
+        {P0: (1, 2)}, GroupBoard("old", {"x": 1}, definition=marked), GroupBoard("b", {"y": 1}, definition=marked)
     )
     second = await _applied(redis_client, window)
-    meta_a = await _meta(redis_client, "a")
-    assert second.versions[0] == meta_a["version"] == 3 and meta_a["prev"] == 2
-    assert second.versions[1] == 2 and (await _meta(redis_client, "b"))["prev"] == 1  # max(1, group 1) + 1
-    assert (await _group(redis_client))["version"] == "3"
+    assert second.versions == (21, 21)
+    assert not await redis_client.exists(keys.meta_key("b"))
+    assert (await _group(redis_client))["version"] == "21"
 
-    third = await _applied(redis_client, _window({P0: (2, 3)}, GroupBoard("b", {"x": 1}, definition=marked)))
-    assert third.versions == (4,) and (await _meta(redis_client, "b"))["prev"] == 2  # max(2, group 3) + 1
+    third = await _applied(redis_client, _window({P0: (2, 3)}, GroupBoard("b", {"y": 1}, definition=marked)))
+    assert third.versions == (22,)
+    assert await _board(redis_client, "b") == {"y": 2}
 
 
 async def test_the_shipped_flush_refuses_a_marked_board(redis_client: Redis) -> None:
@@ -203,10 +202,25 @@ async def test_a_period_board_is_seeded_expires_and_is_skipped_past_its_expiry(r
     )
     result = await _applied(redis_client, window)
     assert result.versions == (1, 0, 1)
-    live = [keys.board_key("s@2026-W49"), keys.meta_key("s@2026-W49"), keys.def_key("s@2026-W49")]
+    assert not await redis_client.exists(keys.meta_key("s@2026-W49"))
+    live = [keys.board_key("s@2026-W49"), keys.def_key("s@2026-W49")]
     for key in live:
         assert abs(await redis_client.pexpiretime(key) - expire_ms) <= 1, key
     assert await redis_client.hget(keys.def_key("s@2026-W49"), "spec") == (spec + keys.GROUP_SPEC_MARK).encode()
     assert await redis_client.hget(keys.def_key("s@2026-W49"), "ties") == b"shared"
     assert await redis_client.pttl(keys.board_key("plain")) == -1
     assert not await redis_client.exists(keys.board_key("s@2026-W40"), keys.meta_key("s@2026-W40"))
+
+
+async def test_a_call_of_expired_boards_only_moves_the_watermarks_not_the_version(redis_client: Redis) -> None:
+    """No board changed: readers of the group's boards must not see a new version (a cache refetch, a feed frame)."""
+    await _applied(redis_client, _window({P0: (-1, 1)}, GroupBoard("plain", {"x": 1})))
+    before = await _group(redis_client)
+    gone_ms = int(time.time() * 1000) - 1_000
+    spec = "desc/incr/shared|weekly|4|60000"
+    result = await _applied(
+        redis_client, _window({P0: (1, 2)}, GroupBoard("s@2026-W40", {"x": 2}, spec=spec, expire_at_ms=gone_ms))
+    )
+    assert result.versions == (0,) and result.saturated == (0,)
+    after = await _group(redis_client)
+    assert after[P0] == "2" and (after["version"], after["as_of"]) == (before["version"], before["as_of"])
