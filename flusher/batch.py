@@ -85,8 +85,12 @@ class Outcome(StrEnum):
     REDEFINED = "redefined"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BoardResult:
+    """One board's answer to a window. Not frozen: a flush builds one per board (100,000 in a many-board window),
+    and a frozen dataclass's ``__init__`` (``object.__setattr__`` per field) costs four times as much. Nothing
+    changes one after the sink built it."""
+
     board: str
     outcome: Outcome
     #: Sorted-set writes (ZINCRBY) this result put into the sink; 0 unless applied.
