@@ -1,9 +1,10 @@
-"""What one restore run owns beside its swaps: the checkpoints it may write where Redis lost them
-(:class:`Lowest`), and, for a restore of every board, the run token that shows Redis lost none of its swaps
-(:class:`WholeRestore`), checked in the last lowering's own step (:data:`_FINISH`)."""
+"""What one restore run owns beside its swaps: the checkpoints it may write where Redis lost them, or raise where
+retention deleted what Redis lacks (:class:`Lowest`), and, for a restore of every board, the run token that shows
+Redis lost none of its swaps (:class:`WholeRestore`), checked in the last lowering's own step (:data:`_FINISH`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,9 @@ from flusher.batch import NO_WATERMARK
 from hotboard import keys
 from hotboard.redis_client import Client
 from hotboard.script import Script
+from ingest.partitions import HaltReason
+
+log = logging.getLogger(__name__)
 
 
 class Lowest:
@@ -30,7 +34,15 @@ class Lowest:
     of a partition yet there, and has one by the first board, that one is right). A partition one board's snapshot
     lacked (neither the archive nor Redis had its checkpoint then) is left out: that board may lack events of it
     that a later snapshot covers, so the checkpoint stays unwritten and the partition halted, for a restore that
-    reads it in every snapshot (see :meth:`missing`). With no board swapped in, the first lowering's counts."""
+    reads it in every snapshot (see :meth:`missing`). With no board swapped in, the first lowering's counts.
+
+    The same last lowering **raises** to it a checkpoint Redis still holds, where that is lower, of a partition
+    halted ``retention_lost`` at that very checkpoint (:data:`_RAISE_LOST`): retention deleted records after it that
+    were never applied, so the worker cannot replay them, but the archiver (a consumer of its own) applied them, and
+    every board now holds what its snapshot held. Exact for the same reason as the fill: every event up to it is in
+    every board (the boards not swapped in were not in the archive then, so no event up to it was theirs), and later
+    ones replay once, each board's watermarks skipping what it holds. Never a running partition's (its worker replays
+    from its own, the watermarks skip), never another halt's, never by a restore of one board."""
 
     def __init__(self) -> None:
         self._first: list[Any] = []
@@ -82,18 +94,42 @@ class RestoreInterrupted(TimeoutError):
 RUN_TOKEN_TTL_MS = 86_400_000
 #: The marker of the final lowering's refusal (see :data:`_FINISH`).
 _INTERRUPTED = "hotboard restore interrupted"
+#: The raise of a whole restore's last lowering (see :class:`Lowest`): each named partition whose halt field reads
+#: ``retention_lost <c>`` with ``<c>`` the checkpoint Redis holds now (the halt still stands: only an operator or a
+#: restore moves a halted partition's checkpoint) and whose triple's checkpoint is above ``<c>`` goes up to it. The
+#: halt stays recorded at ``<c>``, so the checkpoint now differs from it and the halt lifts at the next look (the
+#: worker's, or the LossRestorer's right after). Answers the partitions raised.
+_RAISE_LOST = f"""
+local function raise_lost(ckpt_key, args, first)
+  local raised = {{}}
+  for i = first, #args, 3 do
+    local partition, lowest = args[i], args[i + 1]
+    local held = redis.call('HMGET', ckpt_key, partition, partition .. ':halt')
+    local at = string.match(held[2] or '', '^{HaltReason.RETENTION_LOST.value} (%-?%d+)$')
+    if held[1] and at and tonumber(at) == tonumber(held[1]) and tonumber(lowest) > tonumber(at) then
+      redis.call('HSET', ckpt_key, partition, lowest)
+      table.insert(raised, partition)
+    end
+  end
+  return raised
+end
+"""
 #: The last lowering of a restore, in one step: refused (nothing written) where the run token KEYS[2] (a set, see
-#: :class:`WholeRestore`) does not hold ARGV[1] + 1 members; else the triples lowered (filling where ARGV[2] is
-#: '1'), and, where ARGV[1] is above 0 (boards were swapped in), every other partition the hash holds a checkpoint
-#: of brought down to none: its first checkpoint was written after the last board's snapshot was read, so that
-#: board may hold none of its events. The token is then deleted. KEYS: the checkpoint hash, the run token (the
-#: hash's tag: the same slot; absent for a restore of one board, whose ARGV[1] is -1 for no check). ARGV: the
-#: swaps, fill, then (partition, checkpoint, epoch) triples.
+#: :class:`WholeRestore`) does not hold ARGV[1] + 1 members; else, where ARGV[2] is '1' (a whole restore), the
+#: ``retention_lost`` checkpoints below the triples raised (:data:`_RAISE_LOST`), then the triples lowered (filling
+#: where ARGV[2] is '1'), and, where ARGV[1] is above 0 (boards were swapped in), every other partition the hash
+#: holds a checkpoint of brought down to none: its first checkpoint was written after the last board's snapshot was
+#: read, so that board may hold none of its events. The token is then deleted. KEYS: the checkpoint hash, the run
+#: token (the hash's tag: the same slot; absent for a restore of one board, whose ARGV[1] is -1 for no check). ARGV:
+#: the swaps, fill, then (partition, checkpoint, epoch) triples. Answers the partitions raised.
 _FINISH = Script(
     LOWERING
+    + _RAISE_LOST
     + f"""
 local swaps = tonumber(ARGV[1])
 if KEYS[2] and redis.call('SCARD', KEYS[2]) ~= swaps + 1 then return redis.error_reply('{_INTERRUPTED}') end
+local raised = {{}}
+if KEYS[2] and ARGV[2] == '1' then raised = raise_lost(KEYS[1], ARGV, 3) end
 lower(KEYS[1], ARGV, 3, 'lower', '', 0, ARGV[2] == '1')
 if swaps > 0 then
   local named, unnamed = {{}}, {{}}
@@ -108,7 +144,7 @@ if swaps > 0 then
   lower(KEYS[1], unnamed, 1, 'lower', '', 0, false)
 end
 if KEYS[2] then redis.call('DEL', KEYS[2]) end
-return 1
+return raised
 """
 )
 #: Count one swap on a whole restore's run token KEYS[1] (the member ARGV[1] names the swap: a retried count is one
@@ -144,6 +180,8 @@ class WholeRestore:
         self.topic = topic
         self.key = f"{keys.checkpoint_key(topic)}:restore:{run}"
         self.swaps = 0
+        #: The ``retention_lost`` partitions :meth:`finish` raised to the archive's (see :class:`Lowest`).
+        self.raised: list[int] = []
 
     async def begin(self, redis: Client) -> None:
         await _BEGIN(redis, [self.key], [RUN_TOKEN_TTL_MS])
@@ -153,10 +191,10 @@ class WholeRestore:
         self.swaps += 1
 
     async def finish(self, redis: Client, lowered: Sequence[Any]) -> None:
-        """The last lowering, filling the checkpoints Redis holds none of, only while the token counts every swap
-        (else :class:`RestoreInterrupted`, nothing written)."""
+        """The last lowering, filling the checkpoints Redis holds none of and raising the ``retention_lost`` ones
+        below it, only while the token counts every swap (else :class:`RestoreInterrupted`, nothing written)."""
         try:
-            await _FINISH(redis, [keys.checkpoint_key(self.topic), self.key], [self.swaps, "1", *lowered])
+            raised = await _FINISH(redis, [keys.checkpoint_key(self.topic), self.key], [self.swaps, "1", *lowered])
         except ResponseError as exc:
             if _INTERRUPTED in str(exc):
                 raise RestoreInterrupted(
@@ -164,3 +202,10 @@ class WholeRestore:
                     "boards swapped in): they may be gone, so no lost checkpoint was written; run the restore again"
                 ) from exc
             raise
+        self.raised = sorted(int(p) for p in raised)
+        if self.raised:
+            log.warning(
+                "partitions %s were halted retention_lost below the archive's checkpoints: raised to them (every "
+                "board now holds every event up to them)",
+                self.raised,
+            )

@@ -17,6 +17,7 @@ from archive.redis_loss import RestoringWorker
 from archive.settings import ArchiverSettings
 from cli.devstack import RedisServer
 from cli.loadgen import publish
+from hotboard import keys
 from ingest.partitions import HaltReason
 from tests.integration.archive_harness import archive_totals
 from tests.integration.harness import (
@@ -163,6 +164,47 @@ async def test_a_restore_killed_between_its_swaps_leaves_the_loss_for_the_next_w
             actual = read_boards(redis_server.url, expected)
             assert actual == expected, diff(expected, actual)
             assert member.restorer.restores == 1, "the next worker restored what the killed one left undone"
+        finally:
+            member.stop()
+            await asyncio.wait_for(task, 30)
+
+
+async def test_a_retention_lost_partition_resumes_from_an_archive_ahead_of_its_checkpoint(
+    kafka: str, topic_factory: Callable[..., str], redis_server: RedisServer, postgres_url: str
+) -> None:
+    """Redis kept its boards and its checkpoint 99, but retention deleted offsets up to 249 before the worker
+    applied them (it was down); the archiver, a consumer of its own, applied 0..299 in time. The partition halts
+    ``retention_lost`` at 99. The restore swaps every board in as of 299 and must raise the checkpoint to 299
+    (every board holds everything up to it): the halt lifts, 300..399 replay once, and every board is exact.
+    Left at 99, the partition would halt again at the next look and stay halted for good."""
+    topic = topic_factory(1)
+    a, b = worker_events("a", 20, 200), worker_events("b", 20, 200)
+    events = [e for pair in zip(a, b, strict=True) for e in pair]
+    await publish(kafka, topic, events[:100])
+    settings = worker_settings(kafka, redis_server.url, topic, f"g-{topic}", halt_recheck_s=0.5)
+    await run_worker(settings, lambda w: checkpoint(redis_server.url, topic) == 99, "checkpoint 99")
+    await publish(kafka, topic, events[100:300])
+    await archive_head(kafka, redis_server.url, postgres_url, topic, totals_of(events[:300]))
+    await publish(kafka, topic, events[300:])
+
+    restoring = settings.model_copy(update={"postgres": postgres_url})
+    async with RestoringWorker(restoring, handle_signals=False) as member:
+        worker = member.worker
+        await log_starts_at(worker, 250)  # 100..249 are gone from the log: only the archive holds them
+        task = asyncio.create_task(member.run())
+        try:
+            await wait_while_running(lambda: member.restorer.restores == 1, task, "the restore", timeout_s=90)
+            raised = checkpoint(redis_server.url, topic)
+            assert raised is not None and raised >= 299, f"checkpoint {raised}: the halt at 99 stays for good"
+            expected = totals_of(events)
+            await wait_while_running(
+                lambda: worker.ready and checkpoint(redis_server.url, topic) == 399, task, "the tail applied"
+            )
+            actual = read_boards(redis_server.url, expected)
+            assert actual == expected, diff(expected, actual)
+            assert not worker.halted and sample(worker, "hotboard_events_total", result="applied") == 100
+            halt = await Redis.from_url(redis_server.url).hget(keys.checkpoint_key(topic), keys.halt_field(0))
+            assert halt is None, "the halt was lifted"
         finally:
             member.stop()
             await asyncio.wait_for(task, 30)

@@ -377,3 +377,60 @@ async def test_a_board_archived_after_the_second_listing_is_below_no_written_che
         done = await restore.restore(archive, redis_client, topic, None, lambda _: None)
     assert [d.board for d in done] == ["y"]
     assert await redis_client.hget(keys.checkpoint_key(topic), "0") == b"9"
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "halt", "board", "expected"),
+    [
+        (9, f"{HaltReason.RETENTION_LOST.value} 9", None, b"19"),  # halted, the archive ahead: raised to it
+        (9, None, None, b"9"),  # a running partition: its worker replays the tail, the boards skip what they hold
+        (9, f"{HaltReason.RETENTION_LOST.value} 9", "a", b"9"),  # one board restored: b may lack 10..19
+        (9, f"{HaltReason.BEYOND_LOG_END.value} 9", None, b"9"),  # another log's offsets: the operator's call
+        (9, f"{HaltReason.RETENTION_LOST.value} 5", None, b"9"),  # written since the halt: answered already
+        (29, f"{HaltReason.RETENTION_LOST.value} 29", None, b"19"),  # the archive behind: lowered, as before
+    ],
+    ids=["retention-lost", "running", "one-board", "beyond-log-end", "stale-halt", "archive-behind"],
+)
+async def test_a_whole_restore_raises_only_a_retention_lost_checkpoint_the_archive_is_ahead_of(
+    redis_client: Redis, postgres_url: str, checkpoint: int, halt: str | None, board: str | None, expected: bytes
+) -> None:
+    """Redis holds partition 0 at ``checkpoint`` and retention may have cut its log past it (halted
+    ``retention_lost`` there); the archive holds a and b at 19. Only a restore of every board, and only for a
+    partition still halted ``retention_lost`` at the checkpoint Redis holds, may raise it, to the lowest checkpoint
+    every snapshot named: every board then holds every event up to it, so the partition resumes with nothing lost."""
+    topic = "scores"
+    await _archive_two_boards(postgres_url, topic, 19)
+    ckpt = keys.checkpoint_key(topic)
+    await redis_client.hset(ckpt, "0", checkpoint)
+    if halt is not None:
+        await redis_client.hset(ckpt, keys.halt_field(0), halt)
+    async with Archive(postgres_url) as archive:
+        await restore.restore(archive, redis_client, topic, board, lambda _: None)
+    assert await redis_client.hmget(ckpt, ["0", keys.halt_field(0)]) == [expected, halt and halt.encode()]
+
+
+async def test_a_retention_lost_checkpoint_is_raised_no_higher_than_the_first_swapped_board_holds(
+    redis_client: Redis, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Halted ``retention_lost`` at 4; the archiver applies 10..19 between the swaps of a (read at 9) and b (read
+    at 19). The raise must stop at 9: raised to 19, a would never get its events 10..19."""
+    topic = "scores"
+    await _archive_two_boards(postgres_url, topic, 9)
+    ckpt = keys.checkpoint_key(topic)
+    await redis_client.hset(ckpt, mapping={"0": 4, keys.halt_field(0): f"{HaltReason.RETENTION_LOST.value} 4"})
+    real = staging.swap
+
+    async def swap(redis: Any, topic_: str, live: Sequence[str], *args: Any, **kwargs: Any) -> None:
+        await real(redis, topic_, live, *args, **kwargs)
+        if list(live) == staging.live_keys("a"):
+            await _sql(
+                postgres_url,
+                "UPDATE hb_scores SET score = score + 1",
+                "UPDATE hb_watermarks SET last_offset = 19",
+                "UPDATE hb_checkpoints SET checkpoint = 19",
+            )
+
+    monkeypatch.setattr(staging, "swap", swap)
+    async with Archive(postgres_url) as archive:
+        await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    assert await redis_client.hget(ckpt, "0") == b"9"
