@@ -67,6 +67,8 @@ class GroupOutcome(StrEnum):
     REDEFINED = "redefined"
     #: An applied or definition hash is not as the worker read it: an older tool wrote under a board.
     FOREIGN_WRITE = "foreign_write"
+    #: A board's meta hash holds a version that is no number: nothing was written (an operator's repair).
+    BAD_META = "bad_meta"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +80,9 @@ class GroupResult:
     saturated: tuple[int, ...] = ()
     #: FENCED: watermark field -> the group's (-1: absent).
     current: dict[str, int] | None = None
-    #: EPOCH_MOVED, OTHER_LAYOUT, REDEFINED: the value Redis holds; FOREIGN_WRITE: the two EXISTS answers.
+    #: EPOCH_MOVED, OTHER_LAYOUT, REDEFINED, BAD_META: the value Redis holds; FOREIGN_WRITE: the two EXISTS answers.
     held: str | None = None
-    #: REDEFINED: the board.
+    #: REDEFINED, BAD_META: the board.
     board: str | None = None
 
 
@@ -120,6 +122,8 @@ def parse(window: GroupWindow, reply: Sequence[Any]) -> GroupResult:
         return GroupResult(GroupOutcome.FENCED, current=dict(zip(window.marks, map(int, reply[1:]), strict=True)))
     if code == -4:
         return GroupResult(GroupOutcome.REDEFINED, held=_text(reply[2]), board=window.boards[int(reply[1]) - 1].board)
+    if code == -6:
+        return GroupResult(GroupOutcome.BAD_META, held=_text(reply[2]), board=window.boards[int(reply[1]) - 1].board)
     if code == -5:
         return GroupResult(GroupOutcome.FOREIGN_WRITE, held=f"{int(reply[1])} {int(reply[2])}")
     outcome = {-2: GroupOutcome.EPOCH_MOVED, -3: GroupOutcome.OTHER_LAYOUT}[code]

@@ -16,15 +16,17 @@ Every check comes before the first write (a script that returns early writes not
    this and every later step: it is skipped, as FLUSH skips it (written, it would be deleted at once).
 5. **The spec of declared boards** (read as ``2``): the stored one must be the folded one, marked or not:
    ``{-4, board index (1-based), stored spec}``.
+6. **The meta hashes boards of the call still have** (one EXISTS over them; where some exist, each one's version
+   is read): a version that is no number, ``{-6, board index, stored version}``.
 
-Then the call's one version: the group's + 1, and past any meta hash a board of the call still has (one EXISTS over
-them; a board written under the old layout, or by a per-board writer since): that meta hash is deleted, so a group
-board has none and its version and ``as_of`` are its group's (a reader reads a board's meta, else its group's;
-same field names). Per board: its definition marked (``<spec>#g2``: the shipped FLUSH then refuses the board) or
-seeded where it was absent, the ZINCRBYs held at +-MAX_EXACT, and, on a period board, PEXPIREAT on its sorted set
-and definition where they have no TTL. Last, the group's new watermarks, its stamp, and (when a board was written)
-its version and ``as_of``. Answers ``{0, version, saturated...}``: one number per board in call order (-1:
-skipped, past its expiry).
+Then the call's one version: the group's + 1, and past the version of any meta hash a board of the call still has (a
+board written under the old layout; per-board writers such as ERASE still write one too, until step 3 of the plan):
+that meta hash loses ``version``, ``as_of`` and ``prev``, so a group board's version and ``as_of`` are its group's
+(a reader reads a board's meta fields, else its group's; same field names). Per board: its definition marked
+(``<spec>#g2``: the shipped FLUSH then refuses the board) or seeded where it was absent, the ZINCRBYs held at
++-MAX_EXACT, and, on a period board, PEXPIREAT on its sorted set and definition where they have no TTL. Last, the
+group's new watermarks, its stamp, and (when a board was written) its version and ``as_of``. Answers ``{0, version,
+saturated...}``: one number per board in call order (-1: skipped, past its expiry).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from hotboard.keys import (
     GROUP_SPEC_MARK,
     GROUP_VERSION,
     MAX_EXACT,
+    META_AS_OF,
     META_VERSION,
 )
 
@@ -126,15 +129,21 @@ end
 -- Every live board of the call takes one version: one past the group's, and past any meta hash a board still has
 -- (written under the old layout: its first group write deletes it, so the board reads its group's from then on).
 local version = tonumber(held[n + 1] or '0') + 1
-if nm > 0 and exists(metas) > 0 then
+local owned = {{}}
+if nm > 0 and exists(metas) > 0 then  -- read every one before the first write: a bad one refuses the whole call
   for j = 1, nb do
     if not dead[j] then
       local meta_key = KEYS[4 * j]
-      local own = tonumber(redis.call('HGET', meta_key, '{META_VERSION}') or '0')
+      local raw = redis.call('HGET', meta_key, '{META_VERSION}')
+      local own = tonumber(raw or '0')
+      if not own then return {{-6, j, raw}} end
       if own >= version then version = own + 1 end
-      redis.call('DEL', meta_key)
+      owned[#owned + 1] = meta_key
     end
   end
+end
+for _, meta_key in ipairs(owned) do  -- only the fields the group now holds for the board
+  redis.call('HDEL', meta_key, '{META_VERSION}', '{META_AS_OF}', 'prev')
 end
 local out = {{0, version}}
 for j = 1, nb do

@@ -135,6 +135,8 @@ async def test_a_boards_own_meta_is_taken_into_the_groups_version_and_goes(redis
     b_keys = [keys.board_key("b"), keys.meta_key("b"), keys.def_key("b"), keys.player_meta_key("b")]
     b_keys += [keys.members_key("b"), keys.dense_key("b"), keys.counts_key("b")]
     assert int((await erase(redis_client, b_keys, ["x"]))[0]) == 1
+    # ERASE knows no group yet (step 3 of the plan): it starts the board's own meta over, below the group's
+    assert await redis_client.hget(keys.meta_key("b"), "version") == b"1"
     await redis_client.hset(keys.meta_key("b"), "version", 20)  # as if the board's own versions ran ahead
 
     marked = DefRead.MARKED
@@ -224,3 +226,27 @@ async def test_a_call_of_expired_boards_only_moves_the_watermarks_not_the_versio
     assert result.versions == (0,) and result.saturated == (0,)
     after = await _group(redis_client)
     assert after[P0] == "2" and (after["version"], after["as_of"]) == (before["version"], before["as_of"])
+
+
+async def test_a_meta_version_that_is_no_number_refuses_the_call_before_any_write(redis_client: Redis) -> None:
+    """The meta hashes are all read before the first write: one bad version leaves every other board's meta, and
+    every key, as it was (a refusal part-way would lose a board's version for good)."""
+    await redis_client.hset(keys.meta_key("a"), mapping={"version": 50, "as_of": 1})
+    await redis_client.hset(keys.meta_key("b"), mapping={"version": "oops"})
+    refused = await flush_group(
+        redis_client, _window({P0: (-1, 1)}, GroupBoard("a", {"x": 1}), GroupBoard("b", {"x": 1}))
+    )
+    assert refused.outcome is GroupOutcome.BAD_META and (refused.board, refused.held) == ("b", "oops")
+    assert await redis_client.hget(keys.meta_key("a"), "version") == b"50"
+    assert not await redis_client.exists(keys.board_key("a"), keys.def_key("a"), keys.group_key("7"))
+
+    await redis_client.delete(keys.meta_key("b"))  # the operator's repair
+    applied = await _applied(redis_client, _window({P0: (-1, 1)}, GroupBoard("a", {"x": 1}), GroupBoard("b", {"x": 1})))
+    assert applied.versions == (51, 51)
+
+
+async def test_taking_a_meta_in_leaves_its_other_fields(redis_client: Redis) -> None:
+    await redis_client.hset(keys.meta_key("a"), mapping={"version": 3, "as_of": 1, "prev": 2, "note": "kept"})
+    await _applied(redis_client, _window({P0: (-1, 1)}, GroupBoard("a", {"x": 1})))
+    assert await redis_client.hgetall(keys.meta_key("a")) == {b"note": b"kept"}
+    assert (await _group(redis_client))["version"] == "4"
