@@ -317,13 +317,17 @@ class Worker:
                 return
             unpositioned = waiting
             try:
-                run_id, unread = await self._assignment.position(waiting)
+                # The server the positions are read from is known before any partition resumes from it: a failure
+                # later in the positioning (recording a halt, say) must not leave resumed partitions without it,
+                # or a restart meanwhile would go unnoticed. Another server behind a kept connection: resynchronised
+                # at the next call.
+                self._redis_health.positioned_from(await self._sink.server_id())
+                unread = await self._assignment.position(waiting)
             except TRANSIENT as exc:
                 failure: Exception | None = exc
             else:
                 # those whose rewind read failed still wait: positioned at the next round, after the backoff
                 failure, unpositioned = next(iter(unread.values()), None), sorted(unread)
-                self._redis_health.positioned_from(run_id)  # another server behind a kept connection: at the next call
             finally:
                 # A partition positioned now resumes after its checkpoint: work still pending from before its
                 # halt goes, or it would be flushed in the epoch a lift begins. One still halted keeps it: its

@@ -108,14 +108,14 @@ async def test_a_partition_whose_read_failed_waits_for_the_next_round_and_the_ot
     assignment, consumer = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
     sink.held[(2, "b")] = b"100"  # behind what this worker applied: its partition must rewind to 101, not skip it
     sink.held[(2, "c")] = ResponseError("CLUSTERDOWN the slot of c is not served")  # its read fails, once
-    _, unread = await assignment.position(assignment.waiting())
+    unread = await assignment.position(assignment.waiting())
     assert list(unread) == [2] and isinstance(unread[2], ResponseError)
     assert {tp.partition: offset for tp, offset in consumer.seeks} == {0: 131, 1: 131, 3: 131}
     assert assignment.positioned(PARTITIONS) == {0, 1, 3} and assignment.waiting() == [2]
     assert assignment.pauses.reasons(2) == {PauseReason.POSITIONING}, "not fetched: nothing resumes unchecked"
     assert dict(assignment.parts[2].ledger.entries()) == {b: Applied(120, 100, 101) for b in "abc"}
     del sink.held[(2, "c")]
-    _, unread = await assignment.position(assignment.waiting())
+    unread = await assignment.position(assignment.waiting())
     assert unread == {} and assignment.ready
     assert consumer.seeks[-1] == (TopicPartition("scores", 2), 101), "the rewind decided on a real read"
 
@@ -136,11 +136,11 @@ async def test_a_read_that_raised_fails_its_batch_alone(monkeypatch: pytest.Monk
     sink = _CountedCluster()
     assignment, consumer = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
     sink.hash.failing = {1}
-    _, unread = await assignment.position(assignment.waiting())
+    unread = await assignment.position(assignment.waiting())
     assert list(unread) == [1] and isinstance(unread[1], ConnectionError)
     assert assignment.positioned(PARTITIONS) == {0, 2, 3} and assignment.waiting() == [1]
     sink.hash.failing = set()
-    _, unread = await assignment.position(assignment.waiting())
+    unread = await assignment.position(assignment.waiting())
     assert unread == {} and assignment.ready and consumer.seeks[-1] == (TopicPartition("scores", 1), 131)
 
 
