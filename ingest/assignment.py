@@ -179,9 +179,8 @@ class Assignment:
 
     async def position(self, waiting: list[int]) -> dict[int, Exception]:
         """Position ``waiting`` from their checkpoints (or halt them); returns the partitions whose rewind read
-        failed (partition -> why): those are not positioned and still wait, the others are. Raises what Redis or
-        Kafka raise (the caller retries with backoff, as it does the failed), possibly after some partitions
-        resumed: the caller records the server it positions from before calling (see ``Worker._position``)."""
+        failed (partition -> why): not positioned, each due again on its own backoff. Raises what Redis or Kafka
+        raise (the caller retries with backoff), maybe after some resumed: the caller knows the server already."""
         tps = self.tps(waiting)
         await self.record_halts()
         checkpoints, halts = await self._sink.load_positions(waiting)
@@ -227,7 +226,9 @@ class Assignment:
         unread: dict[int, Exception] = {}
         for want, one in zip(wanted, await rewinds_for(self._sink, wanted, self._metrics), strict=True):
             if isinstance(one, Exception):
-                unread[want.state.partition] = one
+                unread[p := want.state.partition] = one
+                delay = want.state.unread(self._clock(), self.settings.backoff_max_s)
+                log.warning("cannot position partition %d yet (%r); retrying in %.1fs", p, one, delay)
             else:
                 self._resume(want, one)
         await self.record_halts()

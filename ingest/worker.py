@@ -315,19 +315,18 @@ class Worker:
             waiting = self._assignment.waiting()
             if not waiting:
                 return
-            unpositioned = waiting
             try:
                 # The server the positions are read from is known before any partition resumes from it: a failure
                 # later in the positioning (recording a halt, say) must not leave resumed partitions without it,
                 # or a restart meanwhile would go unnoticed. Another server behind a kept connection: resynchronised
                 # at the next call.
                 self._redis_health.positioned_from(await self._sink.server_id())
-                unread = await self._assignment.position(waiting)
+                # those whose rewind read failed wait, each on its own backoff: the others fetch meanwhile
+                await self._assignment.position(waiting)
             except TRANSIENT as exc:
                 failure: Exception | None = exc
             else:
-                # those whose rewind read failed still wait: positioned at the next round, after the backoff
-                failure, unpositioned = next(iter(unread.values()), None), sorted(unread)
+                failure = None
             finally:
                 # A partition positioned now resumes after its checkpoint: work still pending from before its
                 # halt goes, or it would be flushed in the epoch a lift begins. One still halted keeps it: its
@@ -338,7 +337,7 @@ class Worker:
                 self._dead.drop(positioned)
         if failure is not None:
             delay = self._backoff.next_delay()
-            log.warning("cannot position partitions %s yet (%r); retrying in %.1fs", unpositioned, failure, delay)
+            log.warning("cannot position partitions %s yet (%r); retrying in %.1fs", waiting, failure, delay)
             await wait_or_stop(self._stopping, delay)
 
     def _update_backpressure(self) -> None:
