@@ -26,7 +26,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -156,7 +156,8 @@ class Worker:
         self.dead_letter_log = DeadLetterLog(s.progress_interval_s)
         self.fenced = 0
         self.failed_flushes = 0
-        #: Hears the halted partitions once per tick while any is halted (a restore from the archive answers some).
+        #: Hears the halted partitions once per tick, none too (a restore from the archive answers some, and learns
+        #: meanwhile which of those it restored resumed).
         self.on_halts: Callable[[Mapping[int, Halt]], None] | None = None
 
     def __repr__(self) -> str:
@@ -188,6 +189,10 @@ class Worker:
     @property
     def halted(self) -> dict[int, Halt]:
         return self._assignment.halted
+
+    def positioned(self, partitions: Iterable[int]) -> set[int]:
+        """Those of ``partitions`` this worker holds positioned (consumed)."""
+        return self._assignment.positioned(partitions)
 
     @property
     def redis(self) -> Client:
@@ -408,8 +413,8 @@ class Worker:
                 ok = await self._flush_all()
             if line := self.progress.line(self.counters()):
                 log.info(line)
-            if self.on_halts is not None and (halted := self.halted):
-                self.on_halts(halted)
+            if self.on_halts is not None:
+                self.on_halts(self.halted)
             if not ok:
                 await wait_or_stop(self._stopping, self._backoff.next_delay())
 
