@@ -9,8 +9,8 @@ restored watermarks skip what the boards hold). It runs beside the flush loop, n
 other partitions keep flowing. A partition is restored once per loss: if the archive does not reach back far
 enough either (its own checkpoint was deleted by retention too), the partition halts again without ever being
 positioned and stays halted for an operator; one that was positioned after its restore (it resumed) is restored
-again on a later loss, in the same process. A restore that fails, or leaves a partition's lost checkpoint unwritten (the
-archive has not applied its events yet), is tried again after a backoff that grows.
+again on a later loss, in the same process. A restore that fails, or leaves a partition's lost checkpoint
+unwritten (the archive has not applied its events yet), is tried again after a backoff that grows.
 """
 
 from __future__ import annotations
