@@ -6,10 +6,11 @@ The restore (:func:`archive.restore.restore`) swaps each board in whole with its
 topic's checkpoints to the archive's; then the halts it answers are lifted, so the next look at each partition
 (``halt_recheck_s``) positions it from the archive's checkpoint and the tail the archive lacks replays once (the
 restored watermarks skip what the boards hold). It runs beside the flush loop, never inside it: the worker's
-other partitions keep flowing. A partition is restored for at most once per process: if the archive does not
-reach back far enough either (its own checkpoint was deleted by retention too), the partition halts again and
-stays halted for an operator. A restore that fails, or leaves a partition's lost checkpoint unwritten (the
-archive has not applied its events yet), is tried again after a backoff that grows.
+other partitions keep flowing. A partition is restored once per loss: if the archive does not reach back far
+enough either (its own checkpoint was deleted by retention too), the partition halts again without ever being
+positioned and stays halted for an operator; one that was positioned after its restore (it resumed) is restored
+again on a later loss, in the same process. A restore that fails, or leaves a partition's lost checkpoint
+unwritten (the archive has not applied its events yet), is tried again after a backoff that grows.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -55,13 +56,22 @@ class LossRestorer:
     """Watches the halted partitions (:meth:`note`, once per tick) and answers each restorable one with one
     restore from the archive, run as a task of its own."""
 
-    def __init__(self, settings: WorkerSettings, redis: Any) -> None:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        redis: Any,
+        positioned: Callable[[Iterable[int]], Collection[int]] = lambda _: (),
+    ) -> None:
+        """``positioned``: those of the partitions given that the worker holds positioned (consumed) now."""
         self._settings = settings
         self._redis = redis
         # Not the worker's sink: reading positions there makes each partition's restore generation current, and a
         # partition that resumed during the restore would then move its checkpoint past a swap it has not seen.
         self._halts = CheckpointHash(redis, settings.topic)
+        #: Partitions restored and not positioned since: a halt of theirs is the archive not reaching back far
+        #: enough, not a new loss (:meth:`note` forgets those that resumed).
         self._tried: set[int] = set()
+        self._positioned = positioned
         # Partitions whose restore failed part-way: its lowerings may have lowered checkpoints Redis still held
         # (a retention_lost halt's), which lifts those halts at the worker's next look (the checkpoint changed), so
         # they are retried whether or not they are still halted, until one restore completes. (A checkpoint Redis
@@ -74,6 +84,8 @@ class LossRestorer:
         self.failures = 0
 
     def note(self, halted: Mapping[int, Halt]) -> None:
+        if self._tried:
+            self._tried.difference_update(self._positioned(self._tried))  # resumed: a later halt is a new loss
         if self._task is not None and not self._task.done():
             return
         due = sorted({p for p, h in halted.items() if h.reason in RESTORABLE and p not in self._tried} | self._owed)
@@ -145,7 +157,7 @@ class RestoringWorker:
 
     def __init__(self, settings: WorkerSettings, *, handle_signals: bool = True) -> None:
         self.worker = Worker(settings, handle_signals=handle_signals)
-        self.restorer = LossRestorer(settings, self.worker.redis)
+        self.restorer = LossRestorer(settings, self.worker.redis, self.worker.positioned)
         self.worker.on_halts = self.restorer.note
 
     async def __aenter__(self) -> Self:

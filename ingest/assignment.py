@@ -177,12 +177,11 @@ class Assignment:
         now = self._clock()
         return [p for p, st in self._parts.items() if st.due(now)]
 
-    async def position(self, waiting: list[int]) -> tuple[str, dict[int, Exception]]:
-        """Position ``waiting`` from their checkpoints (or halt them); returns Redis's run_id as read first, and
-        the partitions whose rewind read failed (partition -> why): those are not positioned and still wait, the
-        others are. Raises what Redis or Kafka raise (the caller retries with backoff, as it does the failed)."""
+    async def position(self, waiting: list[int]) -> dict[int, Exception]:
+        """Position ``waiting`` from their checkpoints (or halt them); returns the partitions whose rewind read
+        failed (partition -> why): not positioned, each due again on its own backoff. Raises what Redis or Kafka
+        raise (the caller retries with backoff), maybe after some resumed: the caller knows the server already."""
         tps = self.tps(waiting)
-        run_id = await self._sink.server_id()
         await self.record_halts()
         checkpoints, halts = await self._sink.load_positions(waiting)
         starts = await self._consumer.beginning_offsets(tps)
@@ -227,12 +226,14 @@ class Assignment:
         unread: dict[int, Exception] = {}
         for want, one in zip(wanted, await rewinds_for(self._sink, wanted, self._metrics), strict=True):
             if isinstance(one, Exception):
-                unread[want.state.partition] = one
+                unread[p := want.state.partition] = one
+                delay = want.state.unread(self._clock(), self.settings.backoff_max_s)
+                log.warning("cannot position partition %d yet (%r); retrying in %.1fs", p, one, delay)
             else:
                 self._resume(want, one)
         await self.record_halts()
         self.update_halts()
-        return run_id, unread
+        return unread
 
     async def record_halts(self) -> None:
         """Halts survive restarts: recorded next to the checkpoint, with the checkpoint Redis holds then. From

@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from flusher.batch import NO_WATERMARK
 from hotboard.boards import BoardDef
+from hotboard.timing import Backoff
 from ingest.ledger import Ledger
 
 
@@ -99,6 +100,7 @@ class PartitionState:
         "_positioned_poll_ms",
         "_recent",
         "_recheck_at",
+        "_retry",
         "clear",
         "fast",
         "ledger",
@@ -111,8 +113,11 @@ class PartitionState:
         self.partition = partition
         self._phase = Phase.ASSIGNED
         self._halt: Halt | None = None
-        #: When a halted partition is looked at again (monotonic seconds).
+        #: When a halted partition is looked at again, or an assigned one whose rewind read failed is positioned
+        #: again (monotonic seconds).
         self._recheck_at = 0.0
+        #: The backoff of its positioning while its rewind read fails (None: not failing).
+        self._retry: Backoff | None = None
         #: The consumer's last-poll time when positioned: the log end is trusted only from a later fetch.
         self._positioned_poll_ms: int | None = None
         #: Since when (monotonic) the position has been seen past the log's end; None while it is not.
@@ -158,8 +163,8 @@ class PartitionState:
         return self._checkpoint
 
     def due(self, now: float) -> bool:
-        """To be positioned now: assigned, or halted and due for a second look."""
-        return self._phase is Phase.ASSIGNED or (self._phase is Phase.HALTED and now >= self._recheck_at)
+        """To be positioned now: assigned or halted, and due (a halt's second look, a failed read's retry)."""
+        return self._phase is not Phase.POSITIONED and now >= self._recheck_at
 
     def checkpoint_candidates(self) -> tuple[int, int | None]:
         """What Redis may hold as this partition's checkpoint: the known value, or the move in flight."""
@@ -178,6 +183,7 @@ class PartitionState:
         self._halt = None
         self._beyond_since = None
         self._positioned_poll_ms = poll_ms
+        self._recheck_at, self._retry = 0.0, None
         self._phase = Phase.POSITIONED
 
     def halted(self, halt: Halt, recheck_at: float) -> bool:
@@ -186,9 +192,19 @@ class PartitionState:
         first = self._halt is None or self._halt.reason != halt.reason
         self._halt = halt
         self.ledger.clear()  # the checkpoint is the operator's now: no rewind past what they write
-        self._recheck_at = recheck_at
+        self._recheck_at, self._retry = recheck_at, None
         self._phase = Phase.HALTED
         return first
+
+    def unread(self, now: float, cap_s: float) -> float:
+        """Its rewind read failed: still assigned (not fetched), due again after a backoff of its own, growing up
+        to ``cap_s`` until it is positioned or halts, so that one failing slot neither holds nor hurries the
+        others. Returns the delay."""
+        if self._retry is None:
+            self._retry = Backoff(cap_s=cap_s)
+        delay = self._retry.next_delay()
+        self._recheck_at = now + delay
+        return delay
 
     def unposition(self) -> None:
         """Positioned again from Redis (a resynchronisation); a halted partition stays halted."""

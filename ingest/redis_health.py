@@ -23,8 +23,9 @@ class RedisHealth:
         self.resync_requested = False
 
     def positioned_from(self, run_id: str) -> None:
-        """Positions were read from the server ``run_id``; another one than the known shows in
-        ``identity.restarted_as`` (and refuses new connections until the worker resynchronises)."""
+        """Positions are read from the server ``run_id`` (told before any partition resumes from it); another one
+        than the known shows in ``identity.restarted_as`` (and refuses new connections until the worker
+        resynchronises)."""
         with contextlib.suppress(ServerRestarted):
             self.identity.seen(run_id)
 

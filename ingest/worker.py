@@ -26,7 +26,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -156,7 +156,8 @@ class Worker:
         self.dead_letter_log = DeadLetterLog(s.progress_interval_s)
         self.fenced = 0
         self.failed_flushes = 0
-        #: Hears the halted partitions once per tick while any is halted (a restore from the archive answers some).
+        #: Hears the halted partitions once per tick, none too (a restore from the archive answers some, and learns
+        #: meanwhile which of those it restored resumed).
         self.on_halts: Callable[[Mapping[int, Halt]], None] | None = None
 
     def __repr__(self) -> str:
@@ -188,6 +189,10 @@ class Worker:
     @property
     def halted(self) -> dict[int, Halt]:
         return self._assignment.halted
+
+    def positioned(self, partitions: Iterable[int]) -> set[int]:
+        """Those of ``partitions`` this worker holds positioned (consumed)."""
+        return self._assignment.positioned(partitions)
 
     @property
     def redis(self) -> Client:
@@ -315,15 +320,18 @@ class Worker:
             waiting = self._assignment.waiting()
             if not waiting:
                 return
-            unpositioned = waiting
             try:
-                run_id, unread = await self._assignment.position(waiting)
+                # The server the positions are read from is known before any partition resumes from it: a failure
+                # later in the positioning (recording a halt, say) must not leave resumed partitions without it,
+                # or a restart meanwhile would go unnoticed. Another server behind a kept connection: resynchronised
+                # at the next call.
+                self._redis_health.positioned_from(await self._sink.server_id())
+                # those whose rewind read failed wait, each on its own backoff: the others fetch meanwhile
+                await self._assignment.position(waiting)
             except TRANSIENT as exc:
                 failure: Exception | None = exc
             else:
-                # those whose rewind read failed still wait: positioned at the next round, after the backoff
-                failure, unpositioned = next(iter(unread.values()), None), sorted(unread)
-                self._redis_health.positioned_from(run_id)  # another server behind a kept connection: at the next call
+                failure = None
             finally:
                 # A partition positioned now resumes after its checkpoint: work still pending from before its
                 # halt goes, or it would be flushed in the epoch a lift begins. One still halted keeps it: its
@@ -334,7 +342,7 @@ class Worker:
                 self._dead.drop(positioned)
         if failure is not None:
             delay = self._backoff.next_delay()
-            log.warning("cannot position partitions %s yet (%r); retrying in %.1fs", unpositioned, failure, delay)
+            log.warning("cannot position partitions %s yet (%r); retrying in %.1fs", waiting, failure, delay)
             await wait_or_stop(self._stopping, delay)
 
     def _update_backpressure(self) -> None:
@@ -405,8 +413,8 @@ class Worker:
                 ok = await self._flush_all()
             if line := self.progress.line(self.counters()):
                 log.info(line)
-            if self.on_halts is not None and (halted := self.halted):
-                self.on_halts(halted)
+            if self.on_halts is not None:
+                self.on_halts(self.halted)
             if not ok:
                 await wait_or_stop(self._stopping, self._backoff.next_delay())
 

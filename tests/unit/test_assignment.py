@@ -169,3 +169,28 @@ async def test_a_worker_answers_before_it_is_entered() -> None:
     worker = Worker(WorkerSettings(topic="scores", redis="redis://127.0.0.1:1/0"), handle_signals=False)
     assert not worker.ready and worker.halted == {} and worker.assigned == []
     assert "parts=[]" in repr(worker)
+
+
+class _FailingHaltSink(FakeSink):
+    """Redis drops the connection when a halt decided during a positioning is recorded at its end."""
+
+    async def record_halt(self, partition: int, reason: str) -> None:
+        raise ConnectionError("Connection closed by server.")
+
+
+async def test_the_server_positioned_from_is_known_even_when_the_positionings_end_fails() -> None:
+    """Partition 0 resumes from run-1's checkpoint, partition 1 halts, and recording that halt fails: run-1 must
+    still be the known identity, or a restart right after (new run_id, the last second lost) would go unnoticed
+    while partition 0 is consumed from run-1's checkpoint."""
+    sink = _FailingHaltSink()
+    sink.checkpoints.update({0: 41, 1: 9})
+    consumer = FakeConsumer([TP0, TP1])
+    consumer.starts[TP1] = 25  # retention deleted what partition 1 never applied: it halts
+    settings = WorkerSettings(topic="scores", redis="redis://127.0.0.1:1/0", halt_recheck_s=RECHECK_S)
+    worker = Worker(settings, handle_signals=False, sink=sink)  # type: ignore[arg-type]
+    worker._assignment = Assignment(settings, consumer, sink, worker.metrics)  # type: ignore[arg-type]
+    worker._assignment.add([TP0, TP1])
+    worker._stopping.set()  # the backoff's wait returns at once
+    await worker._position()
+    assert worker._assignment.positioned([0, 1]) == {0} and 1 in worker._assignment.halted
+    assert worker._identity.known == "run-1"

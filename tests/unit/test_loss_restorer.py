@@ -136,3 +136,71 @@ async def test_a_restore_that_left_a_lost_checkpoint_unwritten_keeps_the_partiti
         assert restorer._owed == {0} and restorer._tried == set()
     finally:
         await restorer.close()
+
+
+async def _restorer_that_restores(
+    monkeypatch: pytest.MonkeyPatch, resumed: set[int]
+) -> tuple[redis_loss.LossRestorer, list[int]]:
+    """A restorer whose every restore completes and writes partition 0's checkpoint (its halt lifted), on a worker
+    that holds ``resumed`` positioned; the list counts the restores run."""
+    runs: list[int] = []
+
+    async def restored(*_: Any) -> list[Any]:
+        runs.append(0)
+        return []
+
+    async def archived(*_: Any) -> set[int]:
+        return {0}
+
+    async def positions(_: Any) -> tuple[dict[int, int], dict[int, tuple[str, int]]]:
+        return {0: 299}, {0: ("redis_lost", -1)}
+
+    async def lift(*_: Any) -> int:
+        return 299
+
+    monkeypatch.setattr(redis_loss, "restore", restored)
+    monkeypatch.setattr(redis_loss, "Archive", _no_archive)
+    monkeypatch.setattr(redis_loss, "archived_partitions", archived)
+    settings = WorkerSettings(postgres="postgresql://127.0.0.1/none", on_redis_loss="restore", halt_recheck_s=30)
+    restorer = redis_loss.LossRestorer(settings, None, positioned=lambda ps: resumed.intersection(ps))
+    monkeypatch.setattr(restorer._halts, "load_positions", positions)
+    monkeypatch.setattr(restorer._halts, "lift_halt", lift)
+    return restorer, runs
+
+
+async def _tick(restorer: redis_loss.LossRestorer, halted: dict[int, Halt]) -> None:
+    restorer.note(halted)
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_a_second_loss_after_the_partition_resumed_is_restored_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partition 0 is restored, resumes from the archive's checkpoint (positioned, consumed), and much later Redis
+    is lost again: that loss is restored too, without a worker restart (the old set of partitions restored once
+    per process left it halted for an operator)."""
+    resumed: set[int] = set()
+    restorer, runs = await _restorer_that_restores(monkeypatch, resumed)
+    try:
+        await _tick(restorer, HALTED)
+        assert runs == [0] and restorer.restores == 1
+        await _tick(restorer, HALTED)  # the worker has not looked again yet: still halted, not restored again
+        assert restorer.restores == 1
+        resumed.add(0)  # the next look positioned it from the restored checkpoint
+        await _tick(restorer, {})
+        resumed.clear()  # Redis lost again: halted again
+        await _tick(restorer, HALTED)
+        assert restorer.restores == 2 and len(runs) == 2
+    finally:
+        await restorer.close()
+
+
+async def test_a_partition_that_halts_again_without_resuming_is_restored_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The archive does not reach back far enough: after its restore partition 0 halts again at the next look and
+    is never positioned; it must not be restored in a loop, however many ticks see it halted."""
+    restorer, runs = await _restorer_that_restores(monkeypatch, set())
+    try:
+        for _ in range(50):
+            await _tick(restorer, {0: Halt(HaltReason.RETENTION_LOST, "the archive's checkpoint is gone too")})
+        assert runs == [0] and restorer.restores == 1 and restorer.failures == 0
+    finally:
+        await restorer.close()

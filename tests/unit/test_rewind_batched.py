@@ -5,8 +5,8 @@ alone, and one whose read failed left waiting for the next round while the other
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Collection, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import pairwise
 from typing import Any
 
@@ -33,6 +33,8 @@ from tests.unit.test_rewind import _ClusterSink
 from tests.unit.test_rewind_read import _command
 
 PARTITIONS = range(4)
+#: Long enough for any retry of a partition whose read failed (its backoff is capped there).
+RETRY_S = WorkerSettings().backoff_max_s
 
 
 class _Hash:
@@ -82,12 +84,14 @@ class _CountedCluster(ClusterSink):
         return out
 
 
-def _assignment(sink: _CountedCluster, boards: Mapping[int, Sequence[str]]) -> tuple[Assignment, FakeConsumer]:
+def _assignment(
+    sink: _CountedCluster, boards: Mapping[int, Sequence[str]], clock: Callable[[], float] = time.monotonic
+) -> tuple[Assignment, FakeConsumer]:
     """Partitions holding ``boards`` in their ledgers (each taken from 100 to 120 by a window from 101), assigned
     and waiting to be positioned from checkpoint 130."""
     tps = [TopicPartition("scores", p) for p in boards]
     consumer = FakeConsumer(tps)
-    assignment = Assignment(WorkerSettings(topic="scores"), consumer, sink, WorkerMetrics())
+    assignment = Assignment(WorkerSettings(topic="scores"), consumer, sink, WorkerMetrics(), clock)
     assignment.add(tps)
     for p, names in boards.items():
         for board in names:
@@ -104,18 +108,20 @@ async def test_positioning_several_partitions_reads_their_rewinds_in_one_load() 
 
 
 async def test_a_partition_whose_read_failed_waits_for_the_next_round_and_the_others_resume() -> None:
-    sink = _CountedCluster()
-    assignment, consumer = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
+    sink, now = _CountedCluster(), [1000.0]
+    assignment, consumer = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS}, lambda: now[0])
     sink.held[(2, "b")] = b"100"  # behind what this worker applied: its partition must rewind to 101, not skip it
     sink.held[(2, "c")] = ResponseError("CLUSTERDOWN the slot of c is not served")  # its read fails, once
-    _, unread = await assignment.position(assignment.waiting())
+    unread = await assignment.position(assignment.waiting())
     assert list(unread) == [2] and isinstance(unread[2], ResponseError)
     assert {tp.partition: offset for tp, offset in consumer.seeks} == {0: 131, 1: 131, 3: 131}
-    assert assignment.positioned(PARTITIONS) == {0, 1, 3} and assignment.waiting() == [2]
+    assert assignment.positioned(PARTITIONS) == {0, 1, 3} and assignment.waiting() == [], "after its backoff"
+    now[0] += RETRY_S
+    assert assignment.waiting() == [2]
     assert assignment.pauses.reasons(2) == {PauseReason.POSITIONING}, "not fetched: nothing resumes unchecked"
     assert dict(assignment.parts[2].ledger.entries()) == {b: Applied(120, 100, 101) for b in "abc"}
     del sink.held[(2, "c")]
-    _, unread = await assignment.position(assignment.waiting())
+    unread = await assignment.position(assignment.waiting())
     assert unread == {} and assignment.ready
     assert consumer.seeks[-1] == (TopicPartition("scores", 2), 101), "the rewind decided on a real read"
 
@@ -133,14 +139,16 @@ async def test_a_failure_that_is_no_outage_ends_the_positioning_instead_of_waiti
 
 async def test_a_read_that_raised_fails_its_batch_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rewind_read, "REWIND_CHUNK", 5)  # three boards each: one partition per batch
-    sink = _CountedCluster()
-    assignment, consumer = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
+    sink, now = _CountedCluster(), [1000.0]
+    assignment, consumer = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS}, lambda: now[0])
     sink.hash.failing = {1}
-    _, unread = await assignment.position(assignment.waiting())
+    unread = await assignment.position(assignment.waiting())
     assert list(unread) == [1] and isinstance(unread[1], ConnectionError)
-    assert assignment.positioned(PARTITIONS) == {0, 2, 3} and assignment.waiting() == [1]
+    assert assignment.positioned(PARTITIONS) == {0, 2, 3} and assignment.waiting() == []
+    now[0] += RETRY_S
+    assert assignment.waiting() == [1]
     sink.hash.failing = set()
-    _, unread = await assignment.position(assignment.waiting())
+    unread = await assignment.position(assignment.waiting())
     assert unread == {} and assignment.ready and consumer.seeks[-1] == (TopicPartition("scores", 1), 131)
 
 
@@ -247,18 +255,26 @@ async def test_partitions_positioned_together_are_decided_as_each_alone() -> Non
     assert together[4][1] is not None and together[0][4] == 1.0
 
 
-async def test_the_worker_backs_off_for_a_partition_whose_read_failed(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_persistently_failing_read_retries_its_partition_alone_on_its_own_backoff() -> None:
+    """Partition 2's slot is not served for a minute: it is positioned again on a backoff of its own that grows
+    (from 0.1 s to ``backoff_max_s``), not at every round of the intake, and the worker-wide backoff (whose wait
+    holds every partition's fetching, and which a healthy flush resets) is not used for it: the others fetch."""
     sink = _CountedCluster()
     settings = WorkerSettings(topic="scores", redis="redis://127.0.0.1:1/0")
     worker = Worker(settings, handle_signals=False, sink=sink)
-    assignment, _ = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS})
+    now = 1000.0
+    assignment, _ = _assignment(sink, {p: ("a", "b", "c") for p in PARTITIONS}, clock=lambda: now)
     worker._assignment = assignment
     sink.held[(2, "c")] = ResponseError("CLUSTERDOWN the slot of c is not served")
-    worker._stopping.set()  # the backoff's wait returns at once
-    with caplog.at_level(logging.WARNING, "hotboard.worker"):
+    worker._stopping.set()  # a backoff's wait returns at once
+    for _ in range(1200):  # a minute of intake rounds, 50 ms apart
         await worker._position()
-    assert "cannot position partitions [2] yet" in caplog.text and worker._backoff.failures == 1
-    assert worker._identity.known == "one", "the others were positioned from this server"
+        assert worker._backoff.failures == 0, "no worker-wide backoff for one partition's read"
+        assert assignment.positioned(PARTITIONS) == {0, 1, 3}
+        now += 0.05
+    attempts = sum(2 in asked for asked in sink.asked)
+    assert 12 <= attempts <= 30, f"{attempts} reads of partition 2 in a minute: 0.1 s doubling up to 5 s"
     del sink.held[(2, "c")]
+    now += settings.backoff_max_s
     await worker._position()
-    assert assignment.ready and worker._backoff.failures == 1
+    assert assignment.ready and worker._identity.known == "one"
