@@ -104,7 +104,15 @@ class LossRestorer:
                 covered = await archived_partitions(archive, s.topic)
                 if covered.isdisjoint(partitions):  # nothing to gain from swapping every board in again
                     raise ArchiveBehind(f"the archive holds no checkpoint of partitions {partitions} yet")
-                done = await restore(archive, self._redis, s.topic, None, progress)
+                done = await restore(
+                    archive,
+                    self._redis,
+                    s.topic,
+                    None,
+                    progress,
+                    min_replica_acks=s.replica_acks,
+                    replica_ack_timeout_ms=s.replica_ack_timeout_ms,
+                )
             checkpoints, halts = await self._halts.load_positions(partitions)
         except Exception as exc:  # noqa: BLE001 - see below: every failure waits and retries
             # The archive or Redis away, another run's restoring mark, Redis losing data meanwhile, or a fault no

@@ -123,10 +123,12 @@ async def restore_board(
     copied: Callable[[Copied], None] | None = None,
     lowest: restore_run.Lowest | None = None,
     whole: restore_run.WholeRestore | None = None,
+    acks: staging.SwapAcks | None = None,
 ) -> Restored | None:
     """Write ``board`` from the archive into its restoring keys, then swap them in; None when it expired.
     ``copied`` hears each chunk of players staged; ``lowest`` the checkpoints of the snapshot it was read from
-    (its swap lowers only those Redis holds: see :class:`archive.restore_run.Lowest`); ``whole`` counts its swap."""
+    (its swap lowers only those Redis holds: see :class:`archive.restore_run.Lowest`); ``whole`` counts its swap;
+    ``acks``: the replicas of the board's master that must confirm the swap (:func:`archive.staging.swap_acks`)."""
     lowest = restore_run.Lowest() if lowest is None else lowest
     live, run = staging.live_keys(board), staging.run_token()
     twin = staging.staging_keys(live, run)
@@ -138,7 +140,7 @@ async def restore_board(
             "SELECT last_offset FROM hb_watermarks WHERE board = $1 AND field = $2", board, keys.APPLIED_DELETED_VERSION
         )
         if floor is not None and (row is None or row["version"] <= floor):  # deleted and not written since
-            await _restore_deleted(conn, redis, topic, board, live, twin, run, lowest, whole)
+            await _restore_deleted(conn, redis, topic, board, live, twin, run, lowest, whole, acks)
             return None
         if row is None or 0 < row["expires_at_ms"] <= now_ms:
             return None
@@ -158,9 +160,8 @@ async def restore_board(
     elif definition != DEFAULT:
         await staging.stage_hash(redis, twin, 3, to_hash(definition, now_ms))
     args = [-1 if root else row["version"], row["expires_at_ms"]]
-    await staging.swap(
-        redis, topic, live, twin, args, lowered, run, fill=False, token=None if whole is None else whole.key
-    )
+    token = None if whole is None else whole.key
+    await staging.swap(redis, topic, live, twin, args, lowered, run, fill=False, token=token, acks=acks)
     if whole is not None:
         whole.swapped()
     if period is None:
@@ -178,6 +179,7 @@ async def _restore_deleted(
     run: str,
     lowest: restore_run.Lowest,
     whole: restore_run.WholeRestore | None,
+    acks: staging.SwapAcks | None,
 ) -> None:
     """A deleted board: only its watermarks (and deleted version) come back, every other key of it goes."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
@@ -185,9 +187,8 @@ async def _restore_deleted(
         marks = await conn.fetch("SELECT field, last_offset FROM hb_watermarks WHERE board = $1", board)
     lowest.add(lowered)
     await staging.stage_hash(redis, twin, 1, {r["field"]: r["last_offset"] for r in marks})
-    await staging.swap(
-        redis, topic, live, twin, [-1, 0], lowered, run, fill=False, token=None if whole is None else whole.key
-    )
+    token = None if whole is None else whole.key
+    await staging.swap(redis, topic, live, twin, [-1, 0], lowered, run, fill=False, token=token, acks=acks)
     if whole is not None:
         whole.swapped()
 
@@ -244,12 +245,19 @@ async def restore(
     board: str | None,
     progress: Callable[[Restored], None],
     copied: Callable[[Copied], None] | None = None,
+    *,
+    min_replica_acks: int = 0,
+    replica_ack_timeout_ms: int = 1000,
 ) -> list[Restored]:
     """Restore every archived board (``board`` None) or one board and its periods; ``progress`` hears each board
     swapped in, ``copied`` each chunk of its players staged before. Only a whole restore writes the checkpoints
     Redis holds none of (a lost Redis's: lifting its halts), once every board is in: one board restored must not
-    let a partition resume while the others are still empty."""
+    let a partition resume while the others are still empty. On a Redis Cluster each swap waits for
+    ``min_replica_acks`` replicas of its board's master (``--min-replica-acks``, as a window does), for up to
+    ``replica_ack_timeout_ms``, before the run goes on: too few raise :class:`archive.staging.SwapUnconfirmed`,
+    with no checkpoint written that counts on the swap (a failover could undo it)."""
     now_ms = int(time.time() * 1000)
+    acks = staging.swap_acks(redis, topic, min_replica_acks, replica_ack_timeout_ms)
     whole = restore_run.WholeRestore(topic, staging.run_token()) if board is None else None
     if whole is not None:
         await whole.begin(redis)
@@ -265,7 +273,7 @@ async def restore(
     # past this snapshot's checkpoint, which the one written is no higher than: they replay.
     async def swap_in(listed: list[str]) -> None:
         for name in listed:
-            restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest, whole)
+            restored = await restore_board(archive, redis, topic, name, now_ms, copied, lowest, whole, acks)
             if restored is not None:
                 done.append(restored)
                 progress(restored)

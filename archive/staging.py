@@ -9,7 +9,9 @@ worker restores every board after a FLUSHALL) each stage and swap in a whole sna
 the other, instead of one renaming the other's half-staged board in. Every write to a staging key also sets
 ``STAGING_TTL_MS`` on the board's staging keys, in the same round trip, so a run that dies leaves none behind.
 The same script lowers the topic's checkpoints (and bumps each partition's restore generation), except on a
-cluster, where the checkpoint hash lives on a slot of its own (:func:`swap`, :mod:`archive.lowering`).
+cluster, where the checkpoint hash lives on a slot of its own (:func:`swap`, :mod:`archive.lowering`); there each
+swap ends with ``WAIT`` on the board's master, as a window does (:class:`SwapAcks`), before anything that counts
+on it is written on another master.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from redis.asyncio import RedisCluster
 
 from archive import lowering, restore_run
 from flusher import wire
+from flusher.cluster import ClusterSink, ReplicaAcksShort
 from hotboard import earliest, keys
 from hotboard.boards import BoardDef, to_hash
 from hotboard.redis_client import Client
@@ -88,6 +91,43 @@ CHUNK = 10_000
 _COPIED = ("spec", "order", "operator", "ties")
 
 
+class SwapUnconfirmed(TimeoutError):
+    """A board's swap landed on its master, but fewer of that master's replicas than required confirmed it in time:
+    a failover now could bring the old board back, so nothing counting on the swap is written (a whole restore's
+    lost checkpoints, its run token's count). A TimeoutError, so the commands exit 3 (run again) and a worker's own
+    restore tries again after a backoff; the rerun swaps the board in afresh."""
+
+
+class SwapAcks:
+    """How a swap reaches a Redis Cluster that must confirm it (``--min-replica-acks``, ``--replica-ack-timeout-ms``):
+    through a window's own helper (:meth:`flusher.cluster.ClusterSink.replicated`), the swap script and then, on the
+    same connection to the board's master, the ack write and ``WAIT`` (built once per run: :func:`swap_acks`)."""
+
+    def __init__(self, redis: RedisCluster, topic: str, count: int, timeout_ms: int) -> None:
+        self._sink = ClusterSink(redis, topic, min_replica_acks=count, replica_ack_timeout_ms=timeout_ms)
+
+    async def swap(self, keys_: Sequence[str], args: Sequence[Any]) -> None:
+        """The swap script (KEYS: the live keys then their twins), confirmed, else :class:`SwapUnconfirmed`."""
+        sink = self._sink
+        try:
+            await sink.replicated(_SWAP, keys_, args)
+        except ReplicaAcksShort:
+            raise SwapUnconfirmed(
+                f"the swap of board {keys_[0]} is applied on its master but confirmed on {sink.last_acks} replicas, "
+                f"fewer than {sink.min_replica_acks} within {sink.replica_ack_timeout_ms} ms (--min-replica-acks, "
+                "--replica-ack-timeout-ms): a failover now could undo it, so no checkpoint counting on it was "
+                "written; run it again once the replicas answer"
+            ) from None
+
+
+def swap_acks(redis: Client, topic: str, count: int, timeout_ms: int) -> SwapAcks | None:
+    """The confirmation each swap of a run waits for: None on one server (no replicas to ask) or where ``count``
+    is 0, whose swaps go out as they always did."""
+    if count <= 0 or not isinstance(redis, RedisCluster):
+        return None
+    return SwapAcks(redis, topic, count, timeout_ms)
+
+
 def live_keys(board: str) -> list[str]:
     """The keys a swap replaces, in the order :func:`swap` takes them."""
     return [kind(board) for kind in _KINDS]
@@ -126,6 +166,7 @@ async def swap(
     *,
     fill: bool = True,
     token: str | None = None,
+    acks: SwapAcks | None = None,
 ) -> None:
     """Swap the staged ``twin`` (of the staging ``run``) in over ``live``. ``args``: the archived version (-1: a
     seasonal board's own meta) and when the keys expire (ms, 0: never); ``lowered``: (partition, checkpoint, epoch)
@@ -137,20 +178,30 @@ async def swap(
     :class:`archive.lowering.RestoreBusy`): until the second clears it (a failed swap, or a first lowering whose
     reply was lost, too), no worker moves those checkpoints, so none that resynchronised in between resumes past
     what the swapped board holds (docs/archive.md). ``token``: a whole restore's run token, which the swap counts
-    (:class:`archive.restore_run.WholeRestore`): in the same script on one server, right after it on a cluster."""
+    (:class:`archive.restore_run.WholeRestore`): in the same script on one server, right after it on a cluster.
+    ``acks`` (a cluster's, :func:`swap_acks`): the swap ends with WAIT on the board's master, and too few replicas
+    raise :class:`SwapUnconfirmed` before the token counts it (the mark is cleared all the same: a worker's own
+    window on that master waits for the same replicas before its checkpoint moves)."""
     flagged = [*args, "1" if fill else "0"]
     if not isinstance(redis, RedisCluster):
         await _SWAP(
             redis, [*live, *twin, keys.checkpoint_key(topic), *([token] if token else [])], [*flagged, *lowered]
         )
         return
+
+    async def swapped() -> None:
+        if acks is None:
+            await _SWAP(redis, [*live, *twin], flagged)
+        else:
+            await acks.swap([*live, *twin], flagged)
+
     if not lowered:
-        await _SWAP(redis, [*live, *twin], flagged)
+        await swapped()
     else:
         try:
             # inside the try: a reply lost after the marking lowering ran (a timeout) must still clear its mark
             await lowering.hold(redis, topic, lowered, run, wait_s, fill=fill)
-            await _SWAP(redis, [*live, *twin], flagged)
+            await swapped()
         finally:
             await lowering.clear(redis, topic, lowered, run, fill=fill)
     if token:

@@ -20,7 +20,17 @@ from cli.options import add_options, settings_from
 from cli.progress import Progress
 from hotboard import logs, redis_connect
 
-OPTIONS = ("postgres", "redis", "redis_cluster", "topic", "postgres_timeout_s")
+#: ``min_replica_acks`` and ``replica_ack_timeout_ms``: on a Redis Cluster each swap waits for its board master's
+#: replicas, as a window does (archive.staging.SwapAcks).
+OPTIONS = (
+    "postgres",
+    "redis",
+    "redis_cluster",
+    "topic",
+    "postgres_timeout_s",
+    "min_replica_acks",
+    "replica_ack_timeout_ms",
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -54,6 +64,7 @@ class Shown:
 def cmd_restore(args: argparse.Namespace) -> int:
     settings = settings_from(ArchiverSettings, args)
     redis_connect.check(settings)
+    settings.check_replica_acks()
     shown = Shown(sys.stdout, sys.stderr)  # stdout stays the boards restored; progress beside it
 
     async def main() -> int:
@@ -62,7 +73,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
             await redis.ping()  # Redis unreachable is said before the archive is read, not after
             async with Archive(settings.postgres, settings.postgres_timeout_s) as archive:
                 which = None if args.all else args.board
-                done = await restore(archive, redis, settings.topic, which, shown.restored, shown.copied)
+                done = await restore(
+                    archive,
+                    redis,
+                    settings.topic,
+                    which,
+                    shown.restored,
+                    shown.copied,
+                    min_replica_acks=settings.replica_acks,
+                    replica_ack_timeout_ms=settings.replica_ack_timeout_ms,
+                )
         finally:
             await redis.aclose()
         print(f"restored {len(done)} boards, {sum(d.players for d in done)} players")

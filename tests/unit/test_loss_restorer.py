@@ -23,15 +23,17 @@ async def _no_archive(*_: Any) -> AsyncIterator[None]:
     yield None
 
 
-async def _ticks(monkeypatch: pytest.MonkeyPatch, restore: Any, covered: set[int], ticks: int) -> tuple[int, int]:
+async def _ticks(
+    monkeypatch: pytest.MonkeyPatch, restore: Any, covered: set[int], ticks: int, **settings: Any
+) -> tuple[int, int]:
     """A restorer whose restore is ``restore`` and whose archive covers ``covered``, shown the same halt at
-    ``ticks`` ticks of the worker: (restores started, failures)."""
+    ``ticks`` ticks of the worker (``settings``: more of its settings): (restores started, failures)."""
     calls = 0
 
-    async def counted(*args: Any) -> list[Any]:
+    async def counted(*args: Any, **kwargs: Any) -> list[Any]:
         nonlocal calls
         calls += 1
-        return list(await restore(*args))
+        return list(await restore(*args, **kwargs))
 
     async def archived(*_: Any) -> set[int]:
         return covered
@@ -39,8 +41,10 @@ async def _ticks(monkeypatch: pytest.MonkeyPatch, restore: Any, covered: set[int
     monkeypatch.setattr(redis_loss, "restore", counted)
     monkeypatch.setattr(redis_loss, "Archive", _no_archive)
     monkeypatch.setattr(redis_loss, "archived_partitions", archived)
-    settings = WorkerSettings(postgres="postgresql://127.0.0.1/none", on_redis_loss="restore", halt_recheck_s=30)
-    restorer = redis_loss.LossRestorer(settings, None)
+    worker = WorkerSettings(
+        postgres="postgresql://127.0.0.1/none", on_redis_loss="restore", halt_recheck_s=30, **settings
+    )
+    restorer = redis_loss.LossRestorer(worker, None)
     try:
         for _ in range(ticks):
             restorer.note(HALTED)
@@ -60,7 +64,7 @@ async def test_a_failing_restore_is_retried_after_a_backoff_never_at_every_tick(
     before the next try: the worker looks at its halts every tick, and a restore started at each look would
     hammer the archive and Redis in a loop (the old code did so for every error but the transient ones)."""
 
-    async def failing(*_: Any) -> list[Any]:
+    async def failing(*_: Any, **__: Any) -> list[Any]:
         raise error
 
     assert await _ticks(monkeypatch, failing, {0}, 50) == (1, 1)
@@ -95,7 +99,7 @@ async def test_no_restore_runs_while_the_archive_holds_none_of_the_halted_partit
     """The archiver has applied no event of partition 0 yet: a restore would swap every board in again (every
     worker resynchronises) and still write no checkpoint of 0, so none runs; it is looked at again later."""
 
-    async def nothing(*_: Any) -> list[Any]:
+    async def nothing(*_: Any, **__: Any) -> list[Any]:
         return []
 
     assert await _ticks(monkeypatch, nothing, {1}, 1) == (0, 1)
@@ -108,7 +112,7 @@ async def test_a_restore_that_left_a_lost_checkpoint_unwritten_keeps_the_partiti
     is not lifted, it is not counted as restored (so not given up on), and it is tried again after a backoff."""
     lifted: list[int] = []
 
-    async def restored(*_: Any) -> list[Any]:
+    async def restored(*_: Any, **__: Any) -> list[Any]:
         return []
 
     async def archived(*_: Any) -> set[int]:
@@ -145,7 +149,7 @@ async def _restorer_that_restores(
     that holds ``resumed`` positioned; the list counts the restores run."""
     runs: list[int] = []
 
-    async def restored(*_: Any) -> list[Any]:
+    async def restored(*_: Any, **__: Any) -> list[Any]:
         runs.append(0)
         return []
 
@@ -204,3 +208,22 @@ async def test_a_partition_that_halts_again_without_resuming_is_restored_once(mo
         assert runs == [0] and restorer.restores == 1 and restorer.failures == 0
     finally:
         await restorer.close()
+
+
+@pytest.mark.parametrize(
+    ("cluster", "acks", "wanted"), [(True, -1, 1), (True, 0, 0), (True, 2, 2), (False, -1, 0)], ids=str
+)
+async def test_the_restore_on_a_loss_waits_for_the_replicas_a_window_waits_for(
+    monkeypatch: pytest.MonkeyPatch, cluster: bool, acks: int, wanted: int
+) -> None:
+    """The worker's ``--min-replica-acks`` (-1: one on a cluster, none on one server) and its timeout reach the
+    restore: each board's swap waits for them before the checkpoints that count on it (archive.staging.SwapAcks)."""
+    heard: list[dict[str, Any]] = []
+
+    async def restore(*_: Any, **kwargs: Any) -> list[Any]:
+        heard.append(kwargs)
+        return []
+
+    settings = {"redis_cluster": cluster, "min_replica_acks": acks, "replica_ack_timeout_ms": 250}
+    await _ticks(monkeypatch, restore, {0}, 1, **settings)
+    assert heard == [{"min_replica_acks": wanted, "replica_ack_timeout_ms": 250}]
