@@ -103,10 +103,13 @@ _RAISE_LOST = f"""
 local function raise_lost(ckpt_key, args, first)
   local raised = {{}}
   for i = first, #args, 3 do
-    local partition, lowest = args[i], args[i + 1]
-    local held = redis.call('HMGET', ckpt_key, partition, partition .. ':halt')
+    local partition, lowest, epoch = args[i], args[i + 1], tonumber(args[i + 2])
+    local held = redis.call('HMGET', ckpt_key, partition, partition .. ':halt', partition .. ':epoch')
     local at = string.match(held[2] or '', '^{HaltReason.RETENTION_LOST.value} (%-?%d+)$')
-    if held[1] and at and tonumber(at) == tonumber(held[1]) and tonumber(lowest) > tonumber(at) then
+    -- only in the log the archive's checkpoint is an offset of: after a re-created topic the two may be in
+    -- different log epochs (the archiver's halt is lifted apart from the worker's), and the offsets not comparable
+    local same_log = epoch == tonumber(held[3] or '0')
+    if held[1] and at and same_log and tonumber(at) == tonumber(held[1]) and tonumber(lowest) > tonumber(at) then
       redis.call('HSET', ckpt_key, partition, lowest)
       table.insert(raised, partition)
     end

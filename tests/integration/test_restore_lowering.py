@@ -434,3 +434,22 @@ async def test_a_retention_lost_checkpoint_is_raised_no_higher_than_the_first_sw
     async with Archive(postgres_url) as archive:
         await restore.restore(archive, redis_client, topic, None, lambda _: None)
     assert await redis_client.hget(ckpt, "0") == b"9"
+
+
+async def test_a_retention_lost_checkpoint_in_another_log_epoch_than_the_archives_is_not_raised(
+    redis_client: Redis, postgres_url: str
+) -> None:
+    """A re-created topic: the archive is still in epoch 0 (the old log, checkpoint 10000, the archiver halted
+    beyond_log_end), Redis was lifted into epoch 1 (the new log) and halted retention_lost at 199 there. The offsets
+    of two logs are not comparable: the new log's checkpoint must not move to the old log's 10000 (which would skip
+    the new log's records up to it)."""
+    topic = "scores"
+    await _archive_two_boards(postgres_url, topic, 10000)
+    await _sql(postgres_url, "UPDATE hb_checkpoints SET halt = 'beyond_log_end 10000'")
+    ckpt = keys.checkpoint_key(topic)
+    halt = f"{HaltReason.RETENTION_LOST.value} 199"
+    await redis_client.hset(ckpt, mapping={"0": 199, keys.epoch_field(0): 1, keys.halt_field(0): halt})
+    async with Archive(postgres_url) as archive:
+        await restore.restore(archive, redis_client, topic, None, lambda _: None)
+    got = await redis_client.hmget(ckpt, ["0", keys.epoch_field(0), keys.halt_field(0)])
+    assert got[0] == b"199" and got[1] == b"1" and got[2] == halt.encode()
