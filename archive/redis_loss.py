@@ -61,8 +61,10 @@ class LossRestorer:
         settings: WorkerSettings,
         redis: Any,
         positioned: Callable[[Iterable[int]], Collection[int]] = lambda _: (),
+        held: Callable[[], Collection[int]] | None = None,
     ) -> None:
-        """``positioned``: those of the partitions given that the worker holds positioned (consumed) now."""
+        """``positioned``: those of the partitions given that the worker holds positioned (consumed) now; ``held``:
+        the partitions assigned to it now (None: every one, for tests)."""
         self._settings = settings
         self._redis = redis
         # Not the worker's sink: reading positions there makes each partition's restore generation current, and a
@@ -72,6 +74,7 @@ class LossRestorer:
         #: enough, not a new loss (:meth:`note` forgets those that resumed).
         self._tried: set[int] = set()
         self._positioned = positioned
+        self._held = held
         # Partitions whose restore failed part-way: its lowerings may have lowered checkpoints Redis still held
         # (a retention_lost halt's), which lifts those halts at the worker's next look (the checkpoint changed), so
         # they are retried whether or not they are still halted, until one restore completes. (A checkpoint Redis
@@ -86,6 +89,8 @@ class LossRestorer:
     def note(self, halted: Mapping[int, Halt]) -> None:
         if self._tried:
             self._tried.difference_update(self._positioned(self._tried))  # resumed: a later halt is a new loss
+            if self._held is not None:  # revoked: another worker may have resumed it; back here halted, a new loss
+                self._tried.intersection_update(self._held())
         if self._task is not None and not self._task.done():
             return
         due = sorted({p for p, h in halted.items() if h.reason in RESTORABLE and p not in self._tried} | self._owed)
@@ -165,7 +170,7 @@ class RestoringWorker:
 
     def __init__(self, settings: WorkerSettings, *, handle_signals: bool = True) -> None:
         self.worker = Worker(settings, handle_signals=handle_signals)
-        self.restorer = LossRestorer(settings, self.worker.redis, self.worker.positioned)
+        self.restorer = LossRestorer(settings, self.worker.redis, self.worker.positioned, lambda: self.worker.assigned)
         self.worker.on_halts = self.restorer.note
 
     async def __aenter__(self) -> Self:

@@ -143,7 +143,7 @@ async def test_a_restore_that_left_a_lost_checkpoint_unwritten_keeps_the_partiti
 
 
 async def _restorer_that_restores(
-    monkeypatch: pytest.MonkeyPatch, resumed: set[int]
+    monkeypatch: pytest.MonkeyPatch, resumed: set[int], held: set[int] | None = None
 ) -> tuple[redis_loss.LossRestorer, list[int]]:
     """A restorer whose every restore completes and writes partition 0's checkpoint (its halt lifted), on a worker
     that holds ``resumed`` positioned; the list counts the restores run."""
@@ -166,7 +166,9 @@ async def _restorer_that_restores(
     monkeypatch.setattr(redis_loss, "Archive", _no_archive)
     monkeypatch.setattr(redis_loss, "archived_partitions", archived)
     settings = WorkerSettings(postgres="postgresql://127.0.0.1/none", on_redis_loss="restore", halt_recheck_s=30)
-    restorer = redis_loss.LossRestorer(settings, None, positioned=lambda ps: resumed.intersection(ps))
+    restorer = redis_loss.LossRestorer(
+        settings, None, positioned=lambda ps: resumed.intersection(ps), held=None if held is None else lambda: held
+    )
     monkeypatch.setattr(restorer._halts, "load_positions", positions)
     monkeypatch.setattr(restorer._halts, "lift_halt", lift)
     return restorer, runs
@@ -227,3 +229,23 @@ async def test_the_restore_on_a_loss_waits_for_the_replicas_a_window_waits_for(
     settings = {"redis_cluster": cluster, "min_replica_acks": acks, "replica_ack_timeout_ms": 250}
     await _ticks(monkeypatch, restore, {0}, 1, **settings)
     assert heard == [{"min_replica_acks": wanted, "replica_ack_timeout_ms": 250}]
+
+
+async def test_a_partition_revoked_after_its_restore_and_back_halted_is_restored_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Partition 0 is restored here, then revoked: another worker resumes and consumes it, and it comes back here
+    halted by a new loss without ever being positioned here. That is a new loss, not the archive falling short."""
+    held = {0}
+    restorer, runs = await _restorer_that_restores(monkeypatch, set(), held)
+    try:
+        await _tick(restorer, HALTED)
+        assert restorer.restores == 1
+        held.clear()  # revoked
+        await _tick(restorer, {})
+        held.add(0)  # assigned back, halted
+        for _ in range(5):
+            await _tick(restorer, HALTED)
+        assert restorer.restores == 2 and len(runs) == 2
+    finally:
+        await restorer.close()
