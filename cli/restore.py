@@ -8,8 +8,8 @@ import asyncio
 import sys
 from typing import Any, TextIO
 
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from archive.pool import Archive, ArchiveUnavailable
@@ -91,5 +91,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     # RedisClusterException: no seed node of a cluster answers (redis-py's own error, not a ConnectionError)
-    except (ArchiveUnavailable, RedisConnectionError, RedisClusterException, RedisTimeoutError, OSError) as exc:
+    except (  # a cluster mid-failover or mid-migration (CLUSTERDOWN, TRYAGAIN) is an outage too: run it again
+        ArchiveUnavailable,
+        RedisConnectionError,
+        RedisClusterException,
+        ClusterError,
+        TryAgainError,
+        RedisTimeoutError,
+        OSError,
+    ) as exc:
         return logs.command_failed("restore", str(exc), exit_code=EXIT_UNAVAILABLE)

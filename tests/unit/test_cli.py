@@ -10,6 +10,7 @@ from typing import Literal, get_args, get_origin
 
 import pytest
 from pydantic_settings import BaseSettings
+from redis.exceptions import ClusterDownError, TryAgainError
 
 import hotboard
 from cli.api import ALIASES
@@ -243,3 +244,23 @@ def test_audit_snapshot_timeout_must_be_above_0(
         monkeypatch.setenv("HOTBOARD_SNAPSHOT_TIMEOUT_S", "0")
     assert main(argv) == 2
     assert "snapshot_timeout_s" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("error", [ClusterDownError("CLUSTERDOWN The cluster is down"), TryAgainError("TRYAGAIN")])
+def test_restore_on_a_cluster_mid_failover_exits_3_to_be_run_again(
+    error: Exception, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cluster failing over or moving a slot is an outage like an unreachable one (exit 3, one line), not a
+    crash with a traceback (exit 1)."""
+
+    class Down:
+        async def ping(self) -> None:
+            raise error
+
+        async def aclose(self) -> None:
+            return None
+
+    monkeypatch.setattr("hotboard.redis_connect.connect", lambda *_, **__: Down())
+    argv = ["restore", "--all", "--redis", "redis://127.0.0.1:1/0", "--postgres", "postgresql://127.0.0.1:1/x"]
+    assert main(argv) == 3
+    assert "Traceback" not in capsys.readouterr().err
